@@ -1,0 +1,48 @@
+"""confluent-kafka client settings per broker flavour.
+
+The local stack's Kafka-protocol stand-ins have known quirks (see ENVIRONMENT notes in README):
+Tansu reports a wrong LATEST offset when one produce batch holds several records, and its group
+joins take about half the session timeout. Every producer and consumer in the project takes its
+config from here so the workarounds live in one place.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def producer_config(bootstrap: str, flavor: str, **overrides: Any) -> dict[str, Any]:
+    config: dict[str, Any] = {
+        "bootstrap.servers": bootstrap,
+        "enable.idempotence": flavor == "kafka",
+        "acks": "all",
+        "linger.ms": 5,
+        "compression.type": "none",
+    }
+    if flavor == "tansu":
+        # One record per produce batch keeps Tansu's ListOffsets(LATEST) right.
+        config.update({"batch.num.messages": 1, "linger.ms": 0})
+    config.update(overrides)
+    return config
+
+
+def consumer_config(
+    bootstrap: str, flavor: str, group_id: str | None = None, **overrides: Any
+) -> dict[str, Any]:
+    config: dict[str, Any] = {
+        "bootstrap.servers": bootstrap,
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+        "isolation.level": "read_committed",
+        "session.timeout.ms": 6000,
+        # The stand-ins do not bound fetch sizes themselves; keep one fetch modest.
+        "fetch.max.bytes": 8 * 1024 * 1024,
+        "max.partition.fetch.bytes": 4 * 1024 * 1024,
+    }
+    config["group.id"] = group_id or "cdc-sync-reader"
+    config.update(overrides)
+    return config
+
+
+def admin_config(bootstrap: str) -> dict[str, Any]:
+    return {"bootstrap.servers": bootstrap}
