@@ -16,6 +16,7 @@ import yaml
 
 from sync_jobs.config_errors import ConfigError, FieldReader
 from sync_jobs.events import Change, TableId
+from sync_jobs.schema import Column, RowSchema
 
 
 class OnTombstone(StrEnum):
@@ -88,14 +89,19 @@ class TableRoute:
         kept = names if self.columns is None else names & frozenset(self.columns)
         return frozenset(self.rename.get(name, name) for name in kept)
 
+    def project_schema(self, schema: RowSchema) -> RowSchema:
+        kept = [c for c in schema.columns if self.columns is None or c.name in self.columns]
+        return RowSchema(tuple(Column(self.rename.get(c.name, c.name), c.type) for c in kept))
+
     def route(self, change: Change) -> Change:
-        """The change as the sinks see it: projected and renamed row columns."""
+        """The change as the sinks see it: projected and renamed row columns and schema."""
         if change.row is None:
             return change
         return replace(
             change,
             row=self.project(change.row),
             unavailable_columns=self.project_columns(change.unavailable_columns),
+            schema=None if change.schema is None else self.project_schema(change.schema),
         )
 
 
