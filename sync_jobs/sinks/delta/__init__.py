@@ -1,0 +1,67 @@
+"""Warehouse sink: one Delta table per routed table, fenced MERGE by `_cdc_version`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Protocol
+
+from deltalake.exceptions import CommitFailedError
+
+from sync_jobs.events import Change
+from sync_jobs.mapping import DeltaRoute, TableRoute
+from sync_jobs.retry import retry_transient
+from sync_jobs.schema import RowSchema
+from sync_jobs.sinks.base import SinkCapabilities, WriteResult
+from sync_jobs.sinks.delta.actions import DeltaActions, to_actions
+from sync_jobs.sinks.delta.client import DeltaLakeWriter
+from sync_jobs.sinks.delta.target import ensure_table
+
+
+class DeltaWriter(Protocol):
+    def write_batch(self, route: DeltaRoute, actions: DeltaActions) -> WriteResult: ...
+
+
+def is_transient(exc: BaseException) -> bool:
+    # A concurrent commit or a flaky filesystem may pass; anything else is a bug or bad data.
+    return isinstance(exc, CommitFailedError | OSError)
+
+
+class DeltaSink:
+    name = "delta"
+    capabilities = SinkCapabilities(
+        fenced_upserts=True,
+        fenced_deletes=True,
+        merges_unavailable_columns=True,
+        evolves_schema=True,
+    )
+
+    def __init__(
+        self, warehouse: Path, tombstone_retention_seconds: int, writer: DeltaWriter | None = None
+    ) -> None:
+        self.warehouse = warehouse
+        self.writer = writer or DeltaLakeWriter(warehouse, tombstone_retention_seconds)
+
+    def ensure_target(self, route: TableRoute, schema: RowSchema | None) -> None:
+        if route.delta is None or schema is None:
+            return
+        delta = route.delta
+        retry_transient(
+            lambda: ensure_table(self.warehouse, delta, schema.arrow_schema()),
+            is_transient,
+            f"delta ensure_target {delta.relative_path()}",
+        )
+
+    def apply(self, route: TableRoute, changes: Sequence[Change]) -> WriteResult:
+        delta = route.delta
+        actions = to_actions(route, changes) if delta is not None else None
+        if delta is None or actions is None:
+            return WriteResult()
+        return retry_transient(
+            lambda: self.writer.write_batch(delta, actions),
+            is_transient,
+            f"delta merge {delta.relative_path()}",
+        )
+
+    def close(self) -> None:
+        return None
