@@ -8,7 +8,7 @@ in the batch, so dropping the older changes never drops a value the sinks have n
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 
 from sync_jobs.events import Change, TableId
 
@@ -44,17 +44,3 @@ def compact(changes: Iterable[Change]) -> list[Change]:
         previous = latest.get(slot)
         latest[slot] = change if previous is None else fold(previous, change)
     return list(latest.values())
-
-
-def compact_sorted(changes: Iterable[Change]) -> Iterator[Change]:
-    """Streaming variant for input already sorted by (table, key, version, offset)."""
-    current: Change | None = None
-    for change in changes:
-        if current is not None and (current.table, current.key) == (change.table, change.key):
-            current = fold(current, change)
-            continue
-        if current is not None:
-            yield current
-        current = change
-    if current is not None:
-        yield current

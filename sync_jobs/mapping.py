@@ -114,9 +114,20 @@ class MappingFile:
     tombstone_retention_seconds: int
     tables: Mapping[TableId, TableRoute]
     ignored: frozenset[TableId]
+    default_policies: Policies = Policies()
 
     def route_for(self, table: TableId) -> TableRoute | None:
         return self.tables.get(table)
+
+    def policies_for(self, table: TableId | None) -> Policies:
+        route = self.tables.get(table) if table is not None else None
+        return route.policies if route is not None else self.default_policies
+
+    def setting_path(self, table: TableId | None, policy: str) -> str:
+        """Where a policy is set, for error messages: the table's key or `defaults`."""
+        if table is not None and table in self.tables:
+            return f"{self.path}: tables.{table}.{policy} (or defaults.{policy})"
+        return f"{self.path}: defaults.{policy}"
 
     def topics(self) -> list[str]:
         return sorted(f"{self.topic_prefix}.{table}" for table in self.tables)
@@ -186,6 +197,7 @@ def load_mapping(path: Path) -> MappingFile:
         tombstone_retention_seconds=defaults.int_("tombstone_retention_seconds", 24 * 3600),
         tables=routes,
         ignored=ignored,
+        default_policies=default_policies,
     )
 
 

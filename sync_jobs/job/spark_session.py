@@ -1,0 +1,43 @@
+"""One local-or-cluster Spark session for the sync job, bound to loopback when local."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from pyspark.sql import SparkSession
+
+MASTER_VAR = "CDC_SYNC_SPARK_MASTER"
+PACKAGES_VAR = "CDC_SYNC_SPARK_PACKAGES"  # e.g. spark-sql-kafka and delta-spark coordinates
+
+
+def build_spark(app_name: str = "cdc-sync", shuffle_partitions: int = 2) -> SparkSession:
+    # Workers must run the same interpreter (pyarrow, the project) as the driver.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    master = os.environ.get(MASTER_VAR, "local[2]")
+    builder = (
+        SparkSession.builder.appName(app_name)
+        .master(master)
+        .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .config("spark.sql.streaming.stopGracefullyOnShutdown", "true")
+    )
+    if master.startswith("local"):
+        builder = builder.config("spark.driver.host", "127.0.0.1").config(
+            "spark.driver.bindAddress", "127.0.0.1"
+        )
+    packages = os.environ.get(PACKAGES_VAR)
+    if packages:
+        builder = builder.config("spark.jars.packages", packages)
+        if "delta" in packages:
+            builder = builder.config(
+                "spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension"
+            ).config(
+                "spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+            )
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark

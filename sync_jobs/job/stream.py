@@ -1,0 +1,89 @@
+"""The Spark side of a micro-batch: decode on executors, compact per key, hand over to the driver."""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any
+
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame
+
+from sync_jobs.events import Coordinates, TableId
+from sync_jobs.job.applier import BatchApplier, BatchMetrics, Rejected
+from sync_jobs.job.decode import (
+    DECODED_DDL,
+    KIND_CHANGE,
+    decode_batches,
+    fold_batches,
+    load_change,
+)
+from sync_jobs.schema import RowSchema
+
+
+class MicroBatchProcessor:
+    """`foreachBatch` callable: offsets commit only if this returns without raising."""
+
+    def __init__(self, applier: BatchApplier, partitions: int = 2) -> None:
+        self.applier = applier
+        self.partitions = partitions
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        self.process(batch, batch_id)
+
+    def process(self, batch: DataFrame, batch_id: int) -> BatchMetrics:
+        decoded = batch.select("key", "value", "topic", "partition", "offset").mapInArrow(
+            decode_batches, DECODED_DDL
+        )
+        decoded = decoded.persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            counts = {row["kind"]: row["count"] for row in decoded.groupBy("kind").count().collect()}
+            side = (
+                decoded.where(f"kind != '{KIND_CHANGE}' OR schema_blob IS NOT NULL")
+                .drop("change")
+                .toArrow()
+                .to_pylist()
+            )
+            compacted = (
+                decoded.where(f"kind = '{KIND_CHANGE}'")
+                .repartition(self.partitions, "table", "doc_id")
+                .sortWithinPartitions("table", "doc_id", "version", "partition", "offset")
+                .mapInArrow(fold_batches, DECODED_DDL)
+                .select("change", "schema_fp")
+                .toArrow()
+                .to_pylist()
+            )
+        finally:
+            decoded.unpersist()
+        return self.applier.apply(
+            batch_id,
+            records=sum(counts.values()),
+            changes=counts.get(KIND_CHANGE, 0),
+            compacted=[load_change(row) for row in compacted],
+            rejected=[_rejected(row) for row in side if row["kind"] != KIND_CHANGE],
+            schemas=_schemas(side),
+            schema_fps=[row["schema_fp"] for row in compacted],
+        )
+
+
+def _schemas(rows: list[dict[str, Any]]) -> dict[str, RowSchema]:
+    found: dict[str, RowSchema] = {}
+    for row in rows:
+        if row.get("schema_blob") and row["schema_fp"] not in found:
+            schema = pickle.loads(row["schema_blob"])
+            assert isinstance(schema, RowSchema)
+            found[row["schema_fp"]] = schema
+    return found
+
+
+def _rejected(row: dict[str, Any]) -> Rejected:
+    table = TableId.parse(row["table"]) if row.get("table") else None
+    return Rejected(
+        kind=row["kind"],
+        coordinates=Coordinates(row["topic"], row["partition"], row["offset"]),
+        table=table,
+        error_field=row.get("error_field"),
+        error_class=row.get("error_class"),
+        message=row.get("error_message"),
+        key=row.get("key"),
+        value=row.get("value"),
+    )
