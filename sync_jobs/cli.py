@@ -1,0 +1,160 @@
+"""`cdc-sync` command line: stack, capture, run, verify, demo."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+from pathlib import Path
+from types import FrameType
+
+from sync_jobs.config_errors import ConfigError
+from sync_jobs.settings import Connections, SettingsError
+
+log = logging.getLogger("cdc_sync")
+
+
+def _setup_logging(verbose: bool) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    for noisy in ("py4j", "urllib3", "elastic_transport", "opensearch"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def _connections(args: argparse.Namespace) -> Connections:
+    return Connections.load(Path(args.env_file) if args.env_file else None)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from sync_jobs.job.runner import JobOptions, SyncJob
+    from sync_jobs.job.spark_session import build_spark
+    from sync_jobs.mapping import load_mapping
+
+    mapping = load_mapping(Path(args.mapping))
+    connections = _connections(args)
+    defaults = JobOptions.defaults(mapping, connections)
+    options = JobOptions(
+        checkpoint_dir=Path(args.checkpoint) if args.checkpoint else defaults.checkpoint_dir,
+        warehouse=defaults.warehouse,
+        trigger_seconds=args.trigger_seconds,
+        max_offsets_per_trigger=args.max_offsets_per_trigger,
+    )
+    spark = build_spark()
+    job = SyncJob(spark, mapping, connections, options)
+    try:
+        if args.available_now:
+            job.drain()
+            return 0
+        query = job.start()
+
+        def stop(_signum: int, _frame: FrameType | None) -> None:
+            log.info("stopping the sync job (the current batch finishes first)")
+            query.stop()
+
+        signal.signal(signal.SIGINT, stop)
+        signal.signal(signal.SIGTERM, stop)
+        query.awaitTermination()
+        return 0
+    finally:
+        job.close()
+        spark.stop()
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from sync_jobs.mapping import load_mapping
+    from sync_jobs.verify import verify_all
+
+    mapping = load_mapping(Path(args.mapping))
+    report = verify_all(mapping, _connections(args))
+    print(report.table())
+    return 0 if report.converged else 1
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from sync_jobs.demo import run_demo
+
+    return run_demo(
+        broker=args.broker, keep_running=args.keep_running, operations=args.operations
+    )
+
+
+def cmd_stack(args: argparse.Namespace, rest: list[str]) -> int:
+    from infra.local_stack.cli import stack_main
+
+    return stack_main(rest)
+
+
+def cmd_capture(args: argparse.Namespace, rest: list[str]) -> int:
+    from connectors.cli import capture_main
+
+    return capture_main(rest)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="cdc-sync", description=__doc__)
+    parser.add_argument("-v", "--verbose", action="store_true")
+    parser.add_argument("--env-file", help="connection settings file (default .cdc-sync/stack.env)")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    sub.add_parser("stack", help="local stack: up | down | status (see `stack --help`)")
+    sub.add_parser("capture", help="run a connector JSON in the embedded Debezium engine")
+
+    run = sub.add_parser("run", help="run the Spark sync job for a mapping file")
+    run.add_argument("--mapping", required=True)
+    run.add_argument("--checkpoint", help="checkpoint dir (default .cdc-sync/checkpoints/<mapping>)")
+    run.add_argument("--trigger-seconds", type=float, default=1.0)
+    run.add_argument("--max-offsets-per-trigger", type=int)
+    run.add_argument(
+        "--available-now", action="store_true", help="process what is in the topics, then stop"
+    )
+    run.set_defaults(handler=cmd_run)
+
+    verify = sub.add_parser("verify", help="compare every sink with the source tables")
+    verify.add_argument("--mapping", required=True)
+    verify.set_defaults(handler=cmd_verify)
+
+    demo = sub.add_parser("demo", help="local stack + demo schema + capture + sync + workload")
+    demo.add_argument("--broker", default=None, help="tansu | noida (default: the stack's)")
+    demo.add_argument("--operations", type=int, default=300)
+    demo.add_argument(
+        "--keep-running", action="store_true", help="leave the stack up after the demo"
+    )
+    demo.set_defaults(handler=cmd_demo)
+    return parser
+
+
+PASSTHROUGH = {"stack": cmd_stack, "capture": cmd_capture}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    # Subcommands owned by other packages parse their own arguments.
+    command_index = next((i for i, a in enumerate(argv) if not a.startswith("-")), None)
+    if command_index is not None and argv[command_index] in PASSTHROUGH:
+        args = parser.parse_args(argv[: command_index + 1])
+        _setup_logging(args.verbose)
+        handler = PASSTHROUGH[argv[command_index]]
+        rest = argv[command_index + 1 :]
+        if args.env_file:
+            rest = ["--env-file", args.env_file, *rest]
+        return _guarded(lambda: handler(args, rest))
+    args = parser.parse_args(argv)
+    _setup_logging(args.verbose)
+    return _guarded(lambda: int(args.handler(args)))
+
+
+def _guarded(action: "object") -> int:
+    try:
+        return int(action())  # type: ignore[operator]
+    except (ConfigError, SettingsError) as exc:
+        print(f"cdc-sync: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

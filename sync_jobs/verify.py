@@ -1,0 +1,248 @@
+"""Convergence check: every sink holds exactly the source table's rows (DESIGN invariant 1).
+
+Reads the routed tables from Postgres and the documents, cache entries and Delta rows the
+conventions say they map to, canonicalises values (decimals, timestamps, JSON) so encodings
+that are equal by meaning compare equal, and reports per table and sink.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, time
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import redis
+from deltalake import DeltaTable
+from deltalake.exceptions import TableNotFoundError
+
+from sync_jobs.events import KEY_SEPARATOR, TableId
+from sync_jobs.mapping import MappingFile, TableRoute
+from sync_jobs.settings import Connections
+
+Rows = dict[str, dict[str, Any]]  # doc id -> canonical row
+
+
+@dataclass
+class SinkComparison:
+    sink: str
+    count: int
+    missing: list[str] = field(default_factory=list)  # ids in source, absent in sink
+    extra: list[str] = field(default_factory=list)  # ids in sink, absent in source
+    different: list[str] = field(default_factory=list)  # ids whose values differ
+
+    @property
+    def matches(self) -> bool:
+        return not (self.missing or self.extra or self.different)
+
+
+@dataclass
+class TableComparison:
+    table: TableId
+    source_count: int
+    sinks: list[SinkComparison]
+
+    @property
+    def matches(self) -> bool:
+        return all(s.matches for s in self.sinks)
+
+
+@dataclass
+class Report:
+    tables: list[TableComparison]
+
+    @property
+    def converged(self) -> bool:
+        return all(t.matches for t in self.tables)
+
+    def table(self) -> str:
+        sinks = sorted({s.sink for t in self.tables for s in t.sinks})
+        header = ["table", "source", *sinks, "match"]
+        lines = [header]
+        for comparison in self.tables:
+            counts = {s.sink: str(s.count) for s in comparison.sinks}
+            lines.append(
+                [
+                    str(comparison.table),
+                    str(comparison.source_count),
+                    *(counts.get(s, "-") for s in sinks),
+                    "yes" if comparison.matches else "NO",
+                ]
+            )
+        widths = [max(len(row[i]) for row in lines) for i in range(len(header))]
+        text = "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in lines)
+        problems = [
+            f"  {t.table} {s.sink}: missing {s.missing[:5]} extra {s.extra[:5]} "
+            f"different {s.different[:5]}"
+            for t in self.tables
+            for s in t.sinks
+            if not s.matches
+        ]
+        return "\n".join([text, *problems])
+
+
+def canonical(value: Any) -> Any:
+    """One representation per meaning: sinks encode decimals, times and JSON differently."""
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, int | float | Decimal):
+        return _number(value)
+    if isinstance(value, datetime):
+        aware = value if value.tzinfo else value.replace(tzinfo=UTC)
+        return aware.astimezone(UTC).isoformat()
+    if isinstance(value, date | time):
+        return value.isoformat()
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value).hex()
+    if isinstance(value, Mapping):
+        return json.dumps({k: canonical(v) for k, v in value.items()}, sort_keys=True)
+    if isinstance(value, list | tuple):
+        return [canonical(v) for v in value]
+    if isinstance(value, str):
+        return _canonical_string(value)
+    return str(value)
+
+
+def _number(value: int | float | Decimal) -> str:
+    try:
+        normal = Decimal(str(value)).normalize()
+    except InvalidOperation:
+        return str(value)
+    return format(normal, "f")
+
+
+def _canonical_string(value: str) -> Any:
+    stripped = value.strip()
+    if stripped[:1] in "{[":
+        try:
+            return canonical(json.loads(stripped))
+        except ValueError:
+            return value
+    if len(stripped) >= 19 and stripped[4:5] == "-" and stripped[10:11] in "T ":
+        try:
+            return canonical(datetime.fromisoformat(stripped.replace("Z", "+00:00")))
+        except ValueError:
+            return value
+    return value
+
+
+def canonical_row(row: Mapping[str, Any]) -> dict[str, Any]:
+    return {name: canonical(value) for name, value in row.items()}
+
+
+def doc_id(values: Iterable[Any]) -> str:
+    return KEY_SEPARATOR.join(str(v) for v in values)
+
+
+def primary_key(conn: psycopg.Connection[Any], table: TableId) -> list[str]:
+    rows = conn.execute(
+        """
+        SELECT a.attname FROM pg_index i
+        JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey)
+        WHERE i.indrelid = %s::regclass AND i.indisprimary
+        ORDER BY array_position(i.indkey::int2[], a.attnum)
+        """,
+        (f'"{table.schema}"."{table.table}"',),
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
+def source_rows(conn: psycopg.Connection[Any], route: TableRoute) -> Rows:
+    table = route.table
+    key = primary_key(conn, table)
+    with conn.cursor(row_factory=psycopg.rows.dict_row) as cursor:
+        cursor.execute(f'SELECT * FROM "{table.schema}"."{table.table}"')
+        return {
+            doc_id(row[k] for k in key): canonical_row(route.project(row)) for row in cursor
+        }
+
+
+def search_rows(search_url: str, route: TableRoute) -> Rows:
+    assert route.search is not None
+    alias = route.search.index
+    _http(f"{search_url}/{alias}/_refresh", {})
+    rows: Rows = {}
+    page = 1000
+    start = 0
+    while True:
+        answer = _http(
+            f"{search_url}/{alias}/_search",
+            {"query": {"match_all": {}}, "size": page, "from": start, "sort": ["_doc"]},
+        )
+        hits = answer["hits"]["hits"]
+        rows.update({hit["_id"]: canonical_row(hit["_source"]) for hit in hits})
+        if len(hits) < page:
+            return rows
+        start += page
+
+
+def cache_rows(client: redis.Redis, route: TableRoute) -> Rows:
+    assert route.cache is not None
+    prefix = route.cache.key(route.table, "")
+    rows: Rows = {}
+    for key in client.scan_iter(match=f"{prefix}*", count=1000):
+        stored = client.hget(key, "row")
+        if stored is not None:
+            rows[key.decode()[len(prefix) :]] = canonical_row(json.loads(stored))
+    return rows
+
+
+def delta_rows(warehouse: Path, route: TableRoute, key: list[str]) -> Rows:
+    assert route.delta is not None
+    try:
+        table = DeltaTable(str(warehouse / route.delta.relative_path())).to_pyarrow_table()
+    except TableNotFoundError:
+        return {}
+    key_names = [route.rename.get(k, k) for k in key]
+    rows: Rows = {}
+    for row in table.to_pylist():
+        data = {k: v for k, v in row.items() if not k.startswith("_cdc_")}
+        rows[doc_id(data[k] for k in key_names)] = canonical_row(data)
+    return rows
+
+
+def compare(sink: str, expected: Rows, actual: Rows) -> SinkComparison:
+    result = SinkComparison(sink, len(actual))
+    result.missing = sorted(set(expected) - set(actual))
+    result.extra = sorted(set(actual) - set(expected))
+    for ident in sorted(set(expected) & set(actual)):
+        if expected[ident] != actual[ident]:
+            result.different.append(ident)
+    return result
+
+
+def verify_all(mapping: MappingFile, connections: Connections) -> Report:
+    warehouse = Path(connections.require("warehouse"))
+    cache = redis.Redis.from_url(connections.redis_url) if connections.redis_url else None
+    tables: list[TableComparison] = []
+    with psycopg.connect(connections.require("pg_url")) as conn:
+        for route in mapping.tables.values():
+            expected = source_rows(conn, route)
+            key = primary_key(conn, route.table)
+            readers: list[tuple[str, Callable[[], Rows]]] = []
+            if route.search is not None:
+                url = connections.require("search_url")
+                readers.append(("search", lambda r=route, u=url: search_rows(u, r)))
+            if route.cache is not None and cache is not None:
+                readers.append(("cache", lambda r=route, c=cache: cache_rows(c, r)))
+            if route.delta is not None:
+                readers.append(("delta", lambda r=route, k=key: delta_rows(warehouse, r, k)))
+            comparisons = [compare(name, expected, read()) for name, read in readers]
+            tables.append(TableComparison(route.table, len(expected), comparisons))
+    return Report(tables)
+
+
+def _http(url: str, body: Mapping[str, Any]) -> Any:
+    request = urllib.request.Request(
+        url,
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json", "Accept": "application/json"},
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.loads(response.read())
