@@ -8,6 +8,7 @@ that are equal by meaning compare equal, and reports per table and sink.
 from __future__ import annotations
 
 import json
+import re
 import urllib.request
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ from sync_jobs.mapping import MappingFile, TableRoute
 from sync_jobs.settings import Connections
 
 Rows = dict[str, dict[str, Any]]  # doc id -> canonical row
+_NUMERIC = re.compile(r"-?\d+(\.\d+)?")
 
 
 @dataclass
@@ -123,6 +125,8 @@ def _canonical_string(value: str) -> Any:
             return canonical(json.loads(stripped))
         except ValueError:
             return value
+    if _NUMERIC.fullmatch(stripped):
+        return _number(Decimal(stripped))
     if len(stripped) >= 19 and stripped[4:5] == "-" and stripped[10:11] in "T ":
         try:
             return canonical(datetime.fromisoformat(stripped.replace("Z", "+00:00")))

@@ -1,0 +1,51 @@
+# cdc-sync developer commands. `make help` lists them.
+SHELL := /bin/bash
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.DEFAULT_GOAL := help
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+
+bootstrap: ## install Debian packages the local stack needs (postgresql, redis-server, JDK 17) when root
+	@bash infra/bootstrap.sh
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: bootstrap $(STAMP) ## bootstrap + virtualenv with the project and its dev/test/local extras
+
+demo: install ## run the demo: local stack, demo schema, capture, sync, mixed workload, report
+	$(BIN)/cdc-sync demo
+
+test: install ## run every test: unit, integration and end-to-end on the local stack
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+test-unit: install ## unit tests only (no services)
+	$(BIN)/pytest -m unit $(PYTEST_ARGS)
+
+lint: install ## ruff + mypy
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+bench: install ## benchmarks (print numbers; not part of the tests)
+	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+stack-up: install ## start the local stack (Postgres, broker, search, Redis) on loopback ports
+	$(BIN)/cdc-sync stack up
+
+stack-down: ## stop exactly what stack-up started
+	$(BIN)/cdc-sync stack down
+
+clean: ## remove the virtualenv and local state
+	rm -rf $(VENV) .cdc-sync .pytest_cache .mypy_cache .ruff_cache
+
+.PHONY: help bootstrap install demo test test-unit lint bench stack-up stack-down clean
