@@ -1,0 +1,66 @@
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sync_jobs.compaction import compact
+from sync_jobs.events import Change, Coordinates, Op, TableId
+
+pytestmark = pytest.mark.unit
+TABLE = TableId("shop", "products")
+
+
+def change(
+    key: int, version: int, offset: int, op: Op = Op.UPDATE, row: dict[str, Any] | None = None,
+    unavailable: frozenset[str] = frozenset(),
+) -> Change:
+    if op is not Op.DELETE and row is None:
+        row = {"id": key, "v": version}
+    return Change(TABLE, (("id", key),), op, version, None if op is Op.DELETE else row,
+                  Coordinates("t", 0, offset), unavailable_columns=unavailable)
+
+
+def test_newest_version_per_key_wins_whatever_the_input_order() -> None:
+    changes = [change(1, 30, 2), change(1, 10, 0), change(2, 5, 1), change(1, 20, 3)]
+    result = {c.doc_id: c.version for c in compact(changes)}
+    assert result == {"1": 30, "2": 5}
+
+
+def test_delete_after_update_wins_and_update_after_delete_wins() -> None:
+    assert compact([change(1, 1, 0), change(1, 2, 1, Op.DELETE)])[0].is_delete
+    assert not compact([change(1, 1, 0, Op.DELETE), change(1, 2, 1)])[0].is_delete
+
+
+def test_duplicate_replay_of_the_same_change_keeps_one() -> None:
+    assert len(compact([change(1, 7, 0), change(1, 7, 0)])) == 1
+
+
+def test_unavailable_toast_column_is_filled_from_an_older_change_in_the_batch() -> None:
+    full = change(1, 1, 0, row={"id": 1, "description": "long", "name": "a"})
+    toast_only = change(1, 2, 1, row={"id": 1, "name": "b"}, unavailable=frozenset({"description"}))
+    (result,) = compact([toast_only, full])
+    assert result.row == {"id": 1, "name": "b", "description": "long"}
+    assert result.unavailable_columns == frozenset()
+    assert result.version == 2
+
+
+def test_unavailable_column_stays_unavailable_when_the_batch_has_no_value() -> None:
+    deleted = change(1, 1, 0, Op.DELETE)
+    toast_only = change(1, 2, 1, row={"id": 1}, unavailable=frozenset({"description"}))
+    (result,) = compact([deleted, toast_only])
+    assert result.unavailable_columns == frozenset({"description"})
+
+
+@given(st.lists(st.tuples(st.integers(0, 4), st.integers(0, 50)), max_size=40))
+def test_compaction_equals_applying_every_change_in_version_order(
+    events: list[tuple[int, int]],
+) -> None:
+    changes = [
+        change(key, version, offset, Op.DELETE if version % 3 == 0 else Op.UPDATE)
+        for offset, (key, version) in enumerate(events)
+    ]
+    state: dict[str, tuple[int, bool]] = {}
+    for c in sorted(changes, key=lambda c: (c.version, c.coordinates.offset)):
+        state[c.doc_id] = (c.version, c.is_delete)
+    assert {c.doc_id: (c.version, c.is_delete) for c in compact(changes)} == state

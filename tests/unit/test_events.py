@@ -1,0 +1,87 @@
+from decimal import Decimal
+
+import pytest
+
+from sync_jobs.events import Change, MalformedRecord, Op, TableId, Tombstone, parse_record
+from tests.envelopes import UNAVAILABLE, coords, envelope_bytes, key_bytes, product
+
+pytestmark = pytest.mark.unit
+
+
+def test_insert_parses_to_change_with_converted_values_and_lsn_version() -> None:
+    change = parse_record(
+        key_bytes("products", {"id": 7}),
+        envelope_bytes("products", "c", 1234, product(7, price="12.34")),
+        coords(3),
+    )
+    assert isinstance(change, Change)
+    assert change.table == TableId("shop", "products")
+    assert change.key == (("id", 7),)
+    assert change.doc_id == "7"
+    assert change.op is Op.CREATE
+    assert change.version == 1234
+    assert change.row is not None and change.row["price"] == Decimal("12.34")
+    assert change.coordinates.offset == 3
+    assert change.source_ts_ms == 1_700_000_000_000
+    assert change.unavailable_columns == frozenset()
+
+
+def test_delete_has_no_row_and_takes_the_key_from_the_record_key() -> None:
+    change = parse_record(
+        key_bytes("products", {"id": 7}),
+        envelope_bytes("products", "d", 99, None, before={"id": 7}),
+        coords(4),
+    )
+    assert isinstance(change, Change)
+    assert change.is_delete and change.row is None and change.doc_id == "7"
+
+
+def test_composite_key_joins_values_in_key_order() -> None:
+    change = parse_record(
+        key_bytes("order_lines", {"line_no": 2, "order_id": 10}),
+        envelope_bytes("order_lines", "d", 5, None),
+        coords(0, topic="cdc.shop.order_lines"),
+    )
+    assert isinstance(change, Change)
+    assert change.key == (("order_id", 10), ("line_no", 2))
+    assert change.doc_id == "10|2"
+
+
+def test_unchanged_toast_column_is_left_out_of_the_row_and_listed() -> None:
+    after = product(7) | {"description": UNAVAILABLE}
+    change = parse_record(
+        key_bytes("products", {"id": 7}), envelope_bytes("products", "u", 50, after), coords(1)
+    )
+    assert isinstance(change, Change)
+    assert change.unavailable_columns == frozenset({"description"})
+    assert change.row is not None and "description" not in change.row
+
+
+def test_null_value_is_a_tombstone() -> None:
+    parsed = parse_record(key_bytes("products", {"id": 7}), None, coords(5))
+    assert isinstance(parsed, Tombstone)
+    assert parsed.table == TableId("shop", "products")
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "field_path"),
+    [
+        (None, b"{}", "key"),
+        (b"not json", b"{}", "key"),
+        (b'{"id": 1}', b"{}", "key"),
+        (key_bytes("products", {"id": 1}), b'{"schema": {}, "payload": {"op": "x"}}',
+         "value.payload.op"),
+        (key_bytes("products", {"id": 1}),
+         envelope_bytes("products", "c", 1, product(1)).replace(b'"lsn": 1', b'"lsn": null'),
+         "value.payload.source.lsn"),
+        (key_bytes("products", {"id": 1}), envelope_bytes("products", "c", 1, None),
+         "value.payload.after"),
+    ],
+)
+def test_malformed_records_name_the_failing_field(
+    key: bytes | None, value: bytes, field_path: str
+) -> None:
+    with pytest.raises(MalformedRecord) as raised:
+        parse_record(key, value, coords(9))
+    assert raised.value.field_path == field_path
+    assert "cdc.shop.products[0]@9" in str(raised.value)

@@ -1,0 +1,79 @@
+from pathlib import Path
+
+import pytest
+
+from sync_jobs.config_errors import ConfigError
+from sync_jobs.events import TableId
+from sync_jobs.mapping import OnMalformed, OnSchemaChange, OnTombstone, load_mapping
+
+pytestmark = pytest.mark.unit
+REPO = Path(__file__).resolve().parents[2]
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "m.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_demo_mapping_routes_every_demo_table_by_the_conventions() -> None:
+    mapping = load_mapping(REPO / "mappings" / "shop.yaml")
+    assert set(mapping.tables) == {
+        TableId("shop", t) for t in ("customers", "products", "orders", "order_lines")
+    }
+    route = mapping.tables[TableId("shop", "customers")]
+    assert route.cache is not None and route.cache.key(route.table, "42") == "cache:shop.customers:42"
+    assert route.delta is not None and route.delta.relative_path() == "shop/customers"
+    assert route.search is not None and route.search.index == "shop_customers"
+    assert route.policies.on_tombstone is OnTombstone.SKIP
+    assert route.policies.on_malformed is OnMalformed.DEAD_LETTER
+    assert mapping.topics()[0] == "cdc.shop.customers"
+
+
+def test_projection_and_rename_apply_to_rows() -> None:
+    mapping = load_mapping(REPO / "mappings" / "shop.yaml")
+    orders = mapping.tables[TableId("shop", "orders")]
+    assert "internal_note" not in orders.project({"id": 1, "internal_note": "x", "status": "new"})
+    lines = mapping.tables[TableId("shop", "order_lines")]
+    assert lines.project({"unit_price": 3}) == {"price": 3}
+
+
+def test_policies_default_to_fail(tmp_path: Path) -> None:
+    mapping = load_mapping(write(tmp_path, "source: {topic_prefix: p}\ntables:\n  a.b: {}\n"))
+    policies = mapping.tables[TableId("a", "b")].policies
+    assert policies.on_tombstone is OnTombstone.FAIL
+    assert policies.on_malformed is OnMalformed.FAIL
+    assert policies.on_schema_change is OnSchemaChange.FAIL
+
+
+@pytest.mark.parametrize(
+    ("text", "path", "fragment"),
+    [
+        ("source: {topic_prefix: p}\nbogus: 1\n", "bogus", "known keys: dead_letter, defaults"),
+        ("source: {topic_prefix: p}\ntables:\n  a.b: {colums: [x]}\n", "tables.a.b.colums",
+         "known keys: cache, columns"),
+        ("source: {topic_prefix: p}\ntables:\n  a.b: {on_tombstone: drop}\n",
+         "tables.a.b.on_tombstone", "'drop' is not one of fail, skip"),
+        ("source: {topic_prefix: p}\ntables:\n  nodot: {}\n", "tables.nodot", "<schema>.<table>"),
+        ("tables: {}\n", "source.topic_prefix", "non-empty string"),
+        ("source: {topic_prefix: p}\ntables:\n  a.b: {}\nignore: [a.b]\n", "ignore",
+         "both routed and ignored"),
+    ],
+)
+def test_errors_name_the_file_and_field_path(
+    tmp_path: Path, text: str, path: str, fragment: str
+) -> None:
+    with pytest.raises(ConfigError) as raised:
+        load_mapping(write(tmp_path, text))
+    assert raised.value.path == path
+    assert fragment in str(raised.value)
+    assert str(tmp_path / "m.yaml") in str(raised.value)
+
+
+def test_every_captured_table_must_be_routed_or_ignored(tmp_path: Path) -> None:
+    mapping = load_mapping(
+        write(tmp_path, "source: {topic_prefix: p}\ntables:\n  a.b: {}\nignore: [a.c]\n")
+    )
+    mapping.check_covers([TableId("a", "b"), TableId("a", "c")])
+    with pytest.raises(ConfigError, match="neither routed nor ignored: a.d"):
+        mapping.check_covers([TableId("a", "d")])
