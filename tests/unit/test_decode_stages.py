@@ -1,0 +1,70 @@
+"""The executor-side stages run as plain functions over Arrow batches (no Spark needed)."""
+
+import pyarrow as pa
+import pytest
+
+from sync_jobs.job.decode import (
+    KIND_CHANGE,
+    KIND_MALFORMED,
+    KIND_TOMBSTONE,
+    decode_batches,
+    fold_batches,
+    load_change,
+)
+from tests.envelopes import UNAVAILABLE, envelope_bytes, key_bytes, product
+
+pytestmark = pytest.mark.unit
+
+
+def kafka_batch(records: list[tuple[bytes | None, bytes | None]]) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pydict(
+        {
+            "key": [k for k, _ in records],
+            "value": [v for _, v in records],
+            "topic": ["cdc.shop.products"] * len(records),
+            "partition": [0] * len(records),
+            "offset": list(range(len(records))),
+        }
+    )
+
+
+def test_decode_classifies_changes_tombstones_and_malformed_records() -> None:
+    key = key_bytes("products", {"id": 1})
+    batch = kafka_batch(
+        [
+            (key, envelope_bytes("products", "c", 10, product(1))),
+            (key, None),
+            (key, b"{broken"),
+        ]
+    )
+    (decoded,) = list(decode_batches(iter([batch])))
+    rows = decoded.to_pylist()
+    assert [r["kind"] for r in rows] == [KIND_CHANGE, KIND_TOMBSTONE, KIND_MALFORMED]
+    assert rows[0]["doc_id"] == "1" and rows[0]["version"] == 10
+    assert rows[0]["schema_blob"] is not None  # first occurrence of this schema carries it
+    assert rows[2]["error_field"] == "value" and rows[2]["value"] == b"{broken"
+    assert rows[2]["table"] == "shop.products"
+
+
+def test_schema_travels_once_per_partition() -> None:
+    key = key_bytes("products", {"id": 1})
+    batch = kafka_batch([(key, envelope_bytes("products", "u", v, product(1))) for v in (1, 2, 3)])
+    (decoded,) = list(decode_batches(iter([batch])))
+    blobs = [r["schema_blob"] for r in decoded.to_pylist()]
+    assert blobs[0] is not None and blobs[1:] == [None, None]
+
+
+def test_fold_keeps_the_newest_change_per_key_across_arrow_batches() -> None:
+    key = key_bytes("products", {"id": 1})
+    first = kafka_batch([(key, envelope_bytes("products", "c", 1, product(1, description="d1")))])
+    second = kafka_batch(
+        [(key, envelope_bytes("products", "u", 2, product(1, name="n2") | {"description": UNAVAILABLE}))]
+    )
+    decoded = list(decode_batches(iter([first, second])))
+    (folded,) = list(fold_batches(iter(decoded)))
+    (row,) = folded.to_pylist()
+    change = load_change(row)
+    assert change.version == 2
+    assert change.row is not None
+    assert change.row["name"] == "n2" and change.row["description"] == "d1"
+    assert row["schema_fp"] is not None
