@@ -77,9 +77,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from sync_jobs.demo import run_demo
 
-    return run_demo(
-        broker=args.broker, keep_running=args.keep_running, operations=args.operations
-    )
+    return run_demo(broker=args.broker, keep_running=args.keep_running, operations=args.operations)
 
 
 def cmd_stack(args: argparse.Namespace, rest: list[str]) -> int:
@@ -105,7 +103,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="run the Spark sync job for a mapping file")
     run.add_argument("--mapping", required=True)
-    run.add_argument("--checkpoint", help="checkpoint dir (default .cdc-sync/checkpoints/<mapping>)")
+    run.add_argument(
+        "--checkpoint", help="checkpoint dir (default .cdc-sync/checkpoints/<mapping>)"
+    )
     run.add_argument("--trigger-seconds", type=float, default=1.0)
     run.add_argument("--max-offsets-per-trigger", type=int)
     run.add_argument(
@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     return _guarded(lambda: int(args.handler(args)))
 
 
-def _guarded(action: "object") -> int:
+def _guarded(action: object) -> int:
     try:
         return int(action())  # type: ignore[operator]
     except (ConfigError, SettingsError) as exc:

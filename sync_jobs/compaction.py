@@ -23,9 +23,7 @@ def fold(older: Change, newer: Change) -> Change:
         return newer
     assert newer.row is not None
     recovered = {
-        column: older.row[column]
-        for column in newer.unavailable_columns
-        if column in older.row
+        column: older.row[column] for column in newer.unavailable_columns if column in older.row
     }
     if not recovered:
         return newer

@@ -20,7 +20,9 @@ class FieldReader:
 
     def __init__(self, source: Path | str, path: str, data: Any) -> None:
         if not isinstance(data, Mapping):
-            raise ConfigError(source, path or "<root>", f"expected a mapping, got {type(data).__name__}")
+            raise ConfigError(
+                source, path or "<root>", f"expected a mapping, got {type(data).__name__}"
+            )
         self.source = source
         self.path = path
         self.data: Mapping[str, Any] = data

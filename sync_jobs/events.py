@@ -106,11 +106,15 @@ def parse_record(
     """Parse one Kafka record written by Debezium's JsonConverter (schemas.enable=true)."""
     key_doc = _load_json(key, coordinates, "key")
     if key_doc is None:
-        raise MalformedRecord(coordinates, "key", "record has no key (Debezium keys by primary key)")
+        raise MalformedRecord(
+            coordinates, "key", "record has no key (Debezium keys by primary key)"
+        )
     key_tuple = _parse_key(key_doc, coordinates)
     value_doc = _load_json(value, coordinates, "value")
     if value_doc is None:
-        return Tombstone(table=table_from_topic(coordinates), key=key_tuple, coordinates=coordinates)
+        return Tombstone(
+            table=table_from_topic(coordinates), key=key_tuple, coordinates=coordinates
+        )
     return _parse_envelope(value_doc, key_tuple, coordinates)
 
 
@@ -152,9 +156,7 @@ def _parse_key(doc: Any, coordinates: Coordinates) -> tuple[tuple[str, Any], ...
     return tuple((column.name, converted[column.name]) for column in key_schema.columns)
 
 
-def _parse_envelope(
-    doc: Any, key: tuple[tuple[str, Any], ...], coordinates: Coordinates
-) -> Change:
+def _parse_envelope(doc: Any, key: tuple[tuple[str, Any], ...], coordinates: Coordinates) -> Change:
     schema, payload = _payload(doc, coordinates, "value")
     if not isinstance(payload, dict):
         raise MalformedRecord(coordinates, "value.payload", "expected a struct")

@@ -41,7 +41,11 @@ def retry_transient(
             pause = policy.delay(attempt, rng)
             log.warning(
                 "%s failed (%s), retry %d/%d in %.2fs",
-                what, type(exc).__name__, attempt + 1, policy.attempts - 1, pause,
+                what,
+                type(exc).__name__,
+                attempt + 1,
+                policy.attempts - 1,
+                pause,
             )
             sleep(pause)
     raise AssertionError("unreachable")

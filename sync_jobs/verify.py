@@ -77,7 +77,9 @@ class Report:
                 ]
             )
         widths = [max(len(row[i]) for row in lines) for i in range(len(header))]
-        text = "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in lines)
+        text = "\n".join(
+            "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in lines
+        )
         problems = [
             f"  {t.table} {s.sink}: missing {s.missing[:5]} extra {s.extra[:5]} "
             f"different {s.different[:5]}"
@@ -161,9 +163,7 @@ def source_rows(conn: psycopg.Connection[Any], route: TableRoute) -> Rows:
     key = primary_key(conn, table)
     with conn.cursor(row_factory=psycopg.rows.dict_row) as cursor:
         cursor.execute(f'SELECT * FROM "{table.schema}"."{table.table}"')
-        return {
-            doc_id(row[k] for k in key): canonical_row(route.project(row)) for row in cursor
-        }
+        return {doc_id(row[k] for k in key): canonical_row(route.project(row)) for row in cursor}
 
 
 def search_rows(search_url: str, route: TableRoute) -> Rows:

@@ -6,4 +6,3 @@ import sys
 # Spark workers must run this interpreter (pyarrow and the project are installed here).
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-

@@ -16,10 +16,10 @@ from typing import Any
 
 from sync_jobs.events import Change, Coordinates, TableId
 from sync_jobs.job.dead_letter import DeadLetter, DeadLetterWriter
+from sync_jobs.job.schema_changes import SchemaTracker
 from sync_jobs.mapping import MappingFile, OnMalformed, OnTombstone, TableRoute
 from sync_jobs.schema import RowSchema
 from sync_jobs.sinks.base import Sink, WriteResult
-from sync_jobs.job.schema_changes import SchemaTracker
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +110,9 @@ class BatchApplier:
             letters += self._apply_table(route, table_changes, metrics)
         if letters:
             if self.dead_letters is None:
-                raise PolicyViolation("records need dead-lettering but no dead-letter writer is set")
+                raise PolicyViolation(
+                    "records need dead-lettering but no dead-letter writer is set"
+                )
             self.dead_letters.write(letters)
         metrics.dead_lettered = len(letters)
         metrics.seconds = time.monotonic() - started

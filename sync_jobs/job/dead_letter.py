@@ -58,7 +58,10 @@ class DeadLetterWriter:
         for letter in letters:
             log.warning(
                 "dead-letter %s sink=%s stage=%s error=%s",
-                letter.coordinates, letter.sink, letter.stage, letter.error_class,
+                letter.coordinates,
+                letter.sink,
+                letter.stage,
+                letter.error_class,
             )
             self._producer.produce(
                 self.topic,

@@ -112,7 +112,11 @@ def decode_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch
         rows = [
             _decode_row(key, value, Coordinates(topic, int(partition), int(offset)), seen)
             for key, value, topic, partition, offset in zip(
-                data["key"], data["value"], data["topic"], data["partition"], data["offset"],
+                data["key"],
+                data["value"],
+                data["topic"],
+                data["partition"],
+                data["offset"],
                 strict=True,
             )
         ]

@@ -58,7 +58,9 @@ def build_sinks(
     if any(r.cache for r in routes):
         from sync_jobs.sinks.redis import RedisSink
 
-        sinks.append(RedisSink(connections.require("redis_url"), tombstone_retention_seconds=retention))
+        sinks.append(
+            RedisSink(connections.require("redis_url"), tombstone_retention_seconds=retention)
+        )
     if any(r.delta for r in routes):
         writer = DeltaSparkWriter(spark, warehouse) if delta_spark_available(spark) else None
         log.info("Delta writes through %s", "delta-spark" if writer else "deltalake (delta-rs)")

@@ -61,17 +61,11 @@ class SchemaTracker:
             raise SchemaChangeRejected(
                 f"schema of {table} changed (added {added or '-'}, dropped {dropped or '-'}, "
                 f"type changed {retyped or '-'}); "
-                + (
-                    "a column type change is not applied automatically; "
-                    if retyped
-                    else ""
-                )
+                + ("a column type change is not applied automatically; " if retyped else "")
                 + f"set {self.mapping.setting_path(table, 'on_schema_change')} to choose "
                 "(fail | evolve | ignore)"
             )
-        merged = RowSchema(
-            incoming.columns + tuple(c for c in known.columns if c.name in dropped)
-        )
+        merged = RowSchema(incoming.columns + tuple(c for c in known.columns if c.name in dropped))
         self.current[table] = merged
         return SchemaState(merged, True)
 

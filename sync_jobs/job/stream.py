@@ -1,4 +1,4 @@
-"""The Spark side of a micro-batch: decode on executors, compact per key, hand over to the driver."""
+"""Spark side of a micro-batch: decode on executors, compact per key, hand over to the driver."""
 
 from __future__ import annotations
 
@@ -36,7 +36,9 @@ class MicroBatchProcessor:
         )
         decoded = decoded.persist(StorageLevel.MEMORY_AND_DISK)
         try:
-            counts = {row["kind"]: row["count"] for row in decoded.groupBy("kind").count().collect()}
+            counts = {
+                row["kind"]: row["count"] for row in decoded.groupBy("kind").count().collect()
+            }
             side = (
                 decoded.where(f"kind != '{KIND_CHANGE}' OR schema_blob IS NOT NULL")
                 .drop("change")

@@ -21,15 +21,26 @@ from tests.envelopes import (
 
 pytestmark = pytest.mark.integration
 ROUTE = TableRoute(
-    table=TableId("shop", "products"), columns=None, rename={}, search=None, cache=None,
-    delta=DeltaRoute("shop", "products"), policies=Policies(),
+    table=TableId("shop", "products"),
+    columns=None,
+    rename={},
+    search=None,
+    cache=None,
+    delta=DeltaRoute("shop", "products"),
+    policies=Policies(),
 )
 
 
-def change(op: str, lsn: int, key: int, after: dict[str, Any] | None = None,
-           fields: list[dict[str, Any]] | None = None) -> Change:
+def change(
+    op: str,
+    lsn: int,
+    key: int,
+    after: dict[str, Any] | None = None,
+    fields: list[dict[str, Any]] | None = None,
+) -> Change:
     parsed = parse_record(
-        key_bytes("products", {"id": key}), envelope_bytes("products", op, lsn, after, fields=fields),
+        key_bytes("products", {"id": key}),
+        envelope_bytes("products", op, lsn, after, fields=fields),
         coords(lsn),
     )
     assert isinstance(parsed, Change)
@@ -48,7 +59,9 @@ def sink(tmp_path: Path) -> DeltaSink:
     return sink
 
 
-def test_newer_wins_older_is_fenced_and_reapply_is_harmless(sink: DeltaSink, tmp_path: Path) -> None:
+def test_newer_wins_older_is_fenced_and_reapply_is_harmless(
+    sink: DeltaSink, tmp_path: Path
+) -> None:
     first = sink.apply(ROUTE, [change("c", 10, 1, product(1, name="v10"))])
     assert first.applied == 1
     assert sink.apply(ROUTE, [change("u", 5, 1, product(1, name="v5"))]).fenced == 1
@@ -69,7 +82,9 @@ def test_stale_update_after_delete_does_not_resurrect(sink: DeltaSink, tmp_path:
     assert rows(tmp_path)[1]["name"] == "reborn"
 
 
-def test_unchanged_toast_value_keeps_the_stored_description(sink: DeltaSink, tmp_path: Path) -> None:
+def test_unchanged_toast_value_keeps_the_stored_description(
+    sink: DeltaSink, tmp_path: Path
+) -> None:
     sink.apply(ROUTE, [change("c", 10, 1, product(1, description="long text v1"))])
     toast = change("u", 11, 1, product(1, name="renamed") | {"description": UNAVAILABLE})
     sink.apply(ROUTE, [toast, change("c", 12, 2, product(2, description="other"))])

@@ -12,13 +12,24 @@ TABLE = TableId("shop", "products")
 
 
 def change(
-    key: int, version: int, offset: int, op: Op = Op.UPDATE, row: dict[str, Any] | None = None,
+    key: int,
+    version: int,
+    offset: int,
+    op: Op = Op.UPDATE,
+    row: dict[str, Any] | None = None,
     unavailable: frozenset[str] = frozenset(),
 ) -> Change:
     if op is not Op.DELETE and row is None:
         row = {"id": key, "v": version}
-    return Change(TABLE, (("id", key),), op, version, None if op is Op.DELETE else row,
-                  Coordinates("t", 0, offset), unavailable_columns=unavailable)
+    return Change(
+        TABLE,
+        (("id", key),),
+        op,
+        version,
+        None if op is Op.DELETE else row,
+        Coordinates("t", 0, offset),
+        unavailable_columns=unavailable,
+    )
 
 
 def test_newest_version_per_key_wins_whatever_the_input_order() -> None:

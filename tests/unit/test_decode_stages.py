@@ -58,7 +58,14 @@ def test_fold_keeps_the_newest_change_per_key_across_arrow_batches() -> None:
     key = key_bytes("products", {"id": 1})
     first = kafka_batch([(key, envelope_bytes("products", "c", 1, product(1, description="d1")))])
     second = kafka_batch(
-        [(key, envelope_bytes("products", "u", 2, product(1, name="n2") | {"description": UNAVAILABLE}))]
+        [
+            (
+                key,
+                envelope_bytes(
+                    "products", "u", 2, product(1, name="n2") | {"description": UNAVAILABLE}
+                ),
+            )
+        ]
     )
     decoded = list(decode_batches(iter([first, second])))
     (folded,) = list(fold_batches(iter(decoded)))

@@ -10,15 +10,21 @@ from tests.envelopes import UNAVAILABLE, coords, envelope_bytes, key_bytes, prod
 
 pytestmark = pytest.mark.unit
 ROUTE = TableRoute(
-    table=TableId("shop", "products"), columns=None, rename={}, search=None,
-    cache=CacheRoute("cache"), delta=DeltaRoute("shop", "products"), policies=Policies(),
+    table=TableId("shop", "products"),
+    columns=None,
+    rename={},
+    search=None,
+    cache=CacheRoute("cache"),
+    delta=DeltaRoute("shop", "products"),
+    policies=Policies(),
 )
 
 
 def parsed(op: str, lsn: int, after: dict | None, offset: int = 0) -> Change:
     change = parse_record(
         key_bytes("products", {"id": 1 if after is None else after["id"]}),
-        envelope_bytes("products", op, lsn, after), coords(offset),
+        envelope_bytes("products", op, lsn, after),
+        coords(offset),
     )
     assert isinstance(change, Change)
     return ROUTE.route(change)
@@ -54,7 +60,8 @@ def test_no_changes_no_actions() -> None:
 
 
 def test_unknown_schema_change_without_schema_still_builds() -> None:
-    change = Change(TableId("shop", "products"), (("id", 5),), Op.DELETE, 3, None,
-                    Coordinates("t", 0, 0))
+    change = Change(
+        TableId("shop", "products"), (("id", 5),), Op.DELETE, 3, None, Coordinates("t", 0, 0)
+    )
     actions = to_actions(ROUTE, [change])
     assert actions is not None and actions.source.num_rows == 1

@@ -69,13 +69,21 @@ def test_null_value_is_a_tombstone() -> None:
         (None, b"{}", "key"),
         (b"not json", b"{}", "key"),
         (b'{"id": 1}', b"{}", "key"),
-        (key_bytes("products", {"id": 1}), b'{"schema": {}, "payload": {"op": "x"}}',
-         "value.payload.op"),
-        (key_bytes("products", {"id": 1}),
-         envelope_bytes("products", "c", 1, product(1)).replace(b'"lsn": 1', b'"lsn": null'),
-         "value.payload.source.lsn"),
-        (key_bytes("products", {"id": 1}), envelope_bytes("products", "c", 1, None),
-         "value.payload.after"),
+        (
+            key_bytes("products", {"id": 1}),
+            b'{"schema": {}, "payload": {"op": "x"}}',
+            "value.payload.op",
+        ),
+        (
+            key_bytes("products", {"id": 1}),
+            envelope_bytes("products", "c", 1, product(1)).replace(b'"lsn": 1', b'"lsn": null'),
+            "value.payload.source.lsn",
+        ),
+        (
+            key_bytes("products", {"id": 1}),
+            envelope_bytes("products", "c", 1, None),
+            "value.payload.after",
+        ),
     ],
 )
 def test_malformed_records_name_the_failing_field(

@@ -76,7 +76,9 @@ class DeltaLakeWriter:
         )
         table = open_table(tombstone_path(self.warehouse, route))
         if table is None:
-            raise RuntimeError(f"tombstones of {route.relative_path()} missing: ensure_target first")
+            raise RuntimeError(
+                f"tombstones of {route.relative_path()} missing: ensure_target first"
+            )
         q = datafusion_quote
         newer = f"s.{q(VERSION)} > t.{q(VERSION)}"
         (
@@ -103,7 +105,9 @@ class DeltaLakeWriter:
             columns=[TOMBSTONE_ID, VERSION],
             filter=pc.field(TOMBSTONE_ID).isin(list(upsert_ids)),
         )
-        deleted_at = dict(zip(stones[TOMBSTONE_ID].to_pylist(), stones[VERSION].to_pylist(), strict=True))
+        deleted_at = dict(
+            zip(stones[TOMBSTONE_ID].to_pylist(), stones[VERSION].to_pylist(), strict=True)
+        )
         keep = [
             change.is_delete or change.version > deleted_at.get(change.doc_id, -1)
             for change in actions.changes
