@@ -1,0 +1,231 @@
+"""The Kafka stream source against a real broker and a real local Spark session."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+from pyspark.sql import DataFrame, SparkSession
+
+from sync_jobs.kafka_clients import admin_config, producer_config
+from sync_jobs.source import kafka_stream, python_stream, stream_options
+from sync_jobs.source.builtin import builtin_kafka_available
+from sync_jobs.source.offsets import PartitionRange
+from sync_jobs.source.options import FETCH_TIMEOUT, parse_options
+from sync_jobs.source.python_kafka import KAFKA_SCHEMA, KafkaRangeUnreachable, consume_range
+
+pytestmark = pytest.mark.integration
+
+Coordinate = tuple[str, int, int]
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[SparkSession]:
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("test_kafka_source")
+        .config("spark.ui.enabled", "false")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.sql.shuffle.partitions", "2")
+        .getOrCreate()
+    )
+    yield session
+    session.stop()
+
+
+def create_topics(bootstrap: str, names: list[str], partitions: int = 2) -> None:
+    admin = AdminClient(admin_config(bootstrap))
+    futures = admin.create_topics([NewTopic(name, partitions, 1) for name in names])
+    for future in futures.values():
+        future.result(timeout=30)
+
+
+def produce(kafka: Any, records: list[tuple[str, int, bytes, bytes]]) -> None:
+    producer = Producer(producer_config(kafka.bootstrap, kafka.flavor))
+    for topic, partition, key, value in records:
+        producer.produce(topic, key=key, value=value, partition=partition)
+    assert producer.flush(30) == 0, "records left unsent"
+
+
+def keyed_records(topics: list[str], count: int, tag: str) -> list[tuple[str, int, bytes, bytes]]:
+    return [
+        (
+            topics[i % len(topics)],
+            (i // len(topics)) % 2,
+            f"{tag}-k{i}".encode(),
+            bytes([i % 256]) * (i % 7) + f"{tag}-v{i}".encode(),
+        )
+        for i in range(count)
+    ]
+
+
+class Collector:
+    """foreachBatch target: remembers every row and the size of every micro-batch."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[str, int, int, bytes, bytes]] = []
+        self.batch_sizes: list[int] = []
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        rows = batch.collect()
+        self.batch_sizes.append(len(rows))
+        self.rows.extend((r.topic, r.partition, r.offset, r.key, r.value) for r in rows)
+
+    def coordinates(self) -> list[Coordinate]:
+        return [(topic, partition, offset) for topic, partition, offset, _, _ in self.rows]
+
+
+def run_available_now(stream: DataFrame, checkpoint: Path) -> Collector:
+    collector = Collector()
+    query = (
+        stream.writeStream.foreachBatch(collector)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(timeout=240)
+    assert not query.isActive, "availableNow query did not finish in 240 s"
+    assert query.exception() is None, query.exception()
+    return collector
+
+
+def expected_coordinates(
+    records: list[tuple[str, int, bytes, bytes]], base: dict[tuple[str, int], int]
+) -> dict[Coordinate, tuple[bytes, bytes]]:
+    """Offsets the broker assigns: consecutive per partition, from ``base`` (default 0)."""
+    next_offset = dict(base)
+    expected = {}
+    for topic, partition, key, value in records:
+        offset = next_offset.get((topic, partition), 0)
+        next_offset[(topic, partition)] = offset + 1
+        expected[(topic, partition, offset)] = (key, value)
+    return expected
+
+
+def assert_exactly(collector: Collector, expected: dict[Coordinate, tuple[bytes, bytes]]) -> None:
+    coordinates = collector.coordinates()
+    assert len(coordinates) == len(set(coordinates)), "a record was delivered twice"
+    assert set(coordinates) == set(expected)
+    for topic, partition, offset, key, value in collector.rows:
+        assert (key, value) == expected[(topic, partition, offset)]
+
+
+def test_schema_matches_the_builtin_kafka_source(spark: SparkSession, kafka: Any) -> None:
+    stream = kafka_stream(spark, bootstrap=kafka.bootstrap, flavor=kafka.flavor, topics=["absent"])
+    assert stream.isStreaming
+    assert stream.schema.simpleString() == KAFKA_SCHEMA.simpleString()
+    assert KAFKA_SCHEMA.simpleString() == (
+        "struct<key:binary,value:binary,topic:string,partition:int,offset:bigint,"
+        "timestamp:timestamp,timestampType:int>"
+    )
+
+
+def test_pattern_stream_reads_each_record_once_and_resumes_from_checkpoint(
+    spark: SparkSession, kafka: Any, tmp_path: Path
+) -> None:
+    prefix = f"src{uuid.uuid4().hex[:8]}"
+    topics = [f"{prefix}.orders", f"{prefix}.customers"]
+    create_topics(kafka.bootstrap, [*topics, f"other{prefix}"])
+    first = keyed_records(topics, 60, "first")
+    produce(kafka, [*first, (f"other{prefix}", 0, b"x", b"not matched")])
+
+    def stream() -> DataFrame:
+        return kafka_stream(
+            spark,
+            bootstrap=kafka.bootstrap,
+            flavor=kafka.flavor,
+            pattern=re.escape(prefix) + r"\..*",
+        )
+
+    checkpoint = tmp_path / "checkpoint"
+    collected = run_available_now(stream(), checkpoint)
+    assert_exactly(collected, expected_coordinates(first, {}))
+    assert {row[0] for row in collected.rows} == set(topics)
+
+    # More records, and a topic created after the first run that matches the pattern.
+    late_topic = f"{prefix}.products"
+    create_topics(kafka.bootstrap, [late_topic])
+    second = keyed_records([*topics, late_topic], 30, "second")
+    produce(kafka, second)
+
+    base = {(t, p): 15 for t in topics for p in (0, 1)}
+    resumed = run_available_now(stream(), checkpoint)
+    assert_exactly(resumed, expected_coordinates(second, base))
+    assert any(row[0] == late_topic and row[2] == 0 for row in resumed.rows)
+
+    # Nothing new: a third run from the same checkpoint reads nothing.
+    assert run_available_now(stream(), checkpoint).rows == []
+
+
+def test_max_offsets_per_trigger_spreads_reading_over_several_batches(
+    spark: SparkSession, kafka: Any, tmp_path: Path
+) -> None:
+    topics = [f"cap{uuid.uuid4().hex[:8]}.a", f"cap{uuid.uuid4().hex[:8]}.b"]
+    create_topics(kafka.bootstrap, topics)
+    records = keyed_records(topics, 50, "capped")
+    produce(kafka, records)
+
+    stream = kafka_stream(
+        spark,
+        bootstrap=kafka.bootstrap,
+        flavor=kafka.flavor,
+        topics=topics,
+        max_offsets_per_trigger=12,
+    )
+    collected = run_available_now(stream, tmp_path / "checkpoint")
+    assert_exactly(collected, expected_coordinates(records, {}))
+    non_empty = [size for size in collected.batch_sizes if size]
+    assert len(non_empty) >= 5, collected.batch_sizes
+    assert max(non_empty) <= 12, collected.batch_sizes
+
+
+def test_python_source_is_used_when_the_builtin_jar_is_missing(
+    spark: SparkSession, kafka: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    topic = f"py{uuid.uuid4().hex[:8]}"
+    create_topics(kafka.bootstrap, [topic])
+    records = keyed_records([topic], 10, "py")
+    produce(kafka, records)
+    # Explicitly through the Python data source, whatever the classpath holds.
+    options = stream_options(bootstrap=kafka.bootstrap, flavor=kafka.flavor, topics=[topic])
+    collected = run_available_now(python_stream(spark, options), tmp_path / "checkpoint")
+    assert_exactly(collected, expected_coordinates(records, {}))
+    if not builtin_kafka_available(spark):
+        # kafka_stream must then pick the Python source, and say so.
+        with caplog.at_level(logging.INFO, logger="sync_jobs.source"):
+            stream = kafka_stream(
+                spark, bootstrap=kafka.bootstrap, flavor=kafka.flavor, topics=[topic]
+            )
+        assert "cdc_kafka Python data source" in caplog.text
+        assert_exactly(
+            run_available_now(stream, tmp_path / "auto"), expected_coordinates(records, {})
+        )
+
+
+def test_unreachable_range_fails_naming_topic_partition_offset(kafka: Any) -> None:
+    topic = f"gone{uuid.uuid4().hex[:8]}"
+    create_topics(kafka.bootstrap, [topic], partitions=1)
+    produce(kafka, [(topic, 0, b"k", b"v")] * 3)
+    options = parse_options(
+        {
+            "kafka.bootstrap.servers": kafka.bootstrap,
+            "cdc.kafka.flavor": kafka.flavor,
+            "subscribe": topic,
+            FETCH_TIMEOUT: "1500",
+        }
+    )
+    # Offsets 0-2 exist; 3-9 were planned but never written (as after a topic re-creation).
+    read = consume_range(options, PartitionRange(topic, 0, 0, 10))
+    with pytest.raises(KafkaRangeUnreachable, match=rf"topic '{topic}' partition 0: offset 3"):
+        list(read)
