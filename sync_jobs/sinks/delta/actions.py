@@ -18,6 +18,7 @@ import pyarrow as pa
 
 from sync_jobs.events import Change
 from sync_jobs.mapping import TableRoute
+from sync_jobs.schema import ColumnType, arrow_value
 
 VERSION = "_cdc_version"
 SOURCE_TS = "_cdc_source_ts"
@@ -64,11 +65,20 @@ def batch_row_schema(changes: Sequence[Change]) -> pa.Schema:
     return pa.schema(list(fields.values()))
 
 
+def batch_column_types(changes: Sequence[Change]) -> dict[str, ColumnType]:
+    types: dict[str, ColumnType] = {}
+    for change in sorted(changes, key=lambda c: c.version, reverse=True):
+        for column in change.schema.columns if change.schema is not None else ():
+            types.setdefault(column.name, column.type)
+    return types
+
+
 def to_actions(route: TableRoute, changes: Sequence[Change]) -> DeltaActions | None:
     if not changes:
         return None
     key_columns = routed_key_columns(route, changes[0])
     row_schema = batch_row_schema(changes)
+    column_types = batch_column_types(changes)
     data_columns = tuple(dict.fromkeys([*key_columns, *row_schema.names]))
     kept = sorted(
         {
@@ -96,7 +106,10 @@ def to_actions(route: TableRoute, changes: Sequence[Change]) -> DeltaActions | N
     arrays: dict[str, pa.Array] = {}
     for name in data_columns:
         arrow_type = row_schema.field(name).type if name in row_schema.names else None
-        arrays[name] = pa.array(columns[name], type=arrow_type)
+        values = columns[name]
+        if name in column_types:  # e.g. variable-scale decimals are stored as exact text
+            values = [arrow_value(column_types[name], v) for v in values]
+        arrays[name] = pa.array(values, type=arrow_type)
     for meta_field in METADATA_FIELDS:
         arrays[meta_field.name] = pa.array(meta[meta_field.name], type=meta_field.type)
     arrays[DELETED] = pa.array(meta[DELETED], type=pa.bool_())
