@@ -123,8 +123,10 @@ class BatchApplier:
     def _apply_table(
         self, route: TableRoute, changes: list[Change], metrics: BatchMetrics
     ) -> list[DeadLetter]:
-        newest = max(changes, key=lambda c: c.version)
-        schema = self.schemas.observe(route, newest.schema)
+        # Deletes carry no row schema: the newest change that has one tells the table's schema.
+        with_schema = [c for c in changes if c.schema is not None]
+        newest = max(with_schema, key=lambda c: c.version) if with_schema else None
+        schema = self.schemas.observe(route, newest.schema if newest else None)
         if schema.evolved:
             for sink in self.sinks:
                 sink.ensure_target(route, route.project_schema(schema.schema))

@@ -17,6 +17,7 @@ from sync_jobs.sinks.delta.target import (
     TOMBSTONE_DELETED_AT,
     TOMBSTONE_ID,
     TOMBSTONE_SCHEMA,
+    ensure_tombstones,
     open_table,
     table_path,
     tombstone_path,
@@ -35,6 +36,10 @@ class DeltaLakeWriter:
         if source.num_rows == 0:
             return WriteResult(fenced=fenced)
         table = open_table(table_path(self.warehouse, route))
+        if table is None and not pc.any(pc.invert(source[DELETED])).as_py():
+            # Deletes of rows the table never held (it does not exist yet): the tombstones
+            # recorded above are all there is to do.
+            return WriteResult(applied=source.num_rows, fenced=fenced)
         if table is None:
             raise RuntimeError(f"Delta table {route.relative_path()} missing: ensure_target first")
         plan = merge_plan(actions, datafusion_quote)
@@ -74,11 +79,9 @@ class DeltaLakeWriter:
             },
             schema=TOMBSTONE_SCHEMA,
         )
+        ensure_tombstones(self.warehouse, route)  # a delete may come before any upsert
         table = open_table(tombstone_path(self.warehouse, route))
-        if table is None:
-            raise RuntimeError(
-                f"tombstones of {route.relative_path()} missing: ensure_target first"
-            )
+        assert table is not None
         q = datafusion_quote
         newer = f"s.{q(VERSION)} > t.{q(VERSION)}"
         (
