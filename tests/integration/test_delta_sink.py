@@ -100,3 +100,13 @@ def test_added_column_evolves_the_table(sink: DeltaSink, tmp_path: Path) -> None
     sink.ensure_target(ROUTE, evolved.schema)
     sink.apply(ROUTE, [evolved])
     assert rows(tmp_path)[1]["color"] == "red"
+
+
+def test_delete_before_the_table_exists_still_fences_a_later_stale_insert(tmp_path: Path) -> None:
+    fresh = DeltaSink(tmp_path, tombstone_retention_seconds=3600)  # no ensure_target yet
+    result = fresh.apply(ROUTE, [change("d", 50, 7)])
+    assert result.applied == 1 and not result.failures
+    stale = change("c", 40, 7, product(7))
+    fresh.ensure_target(ROUTE, stale.schema)
+    assert fresh.apply(ROUTE, [stale]).fenced == 1
+    assert 7 not in rows(tmp_path)
