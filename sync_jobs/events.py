@@ -161,7 +161,7 @@ def _parse_envelope(doc: Any, key: tuple[tuple[str, Any], ...], coordinates: Coo
     if not isinstance(payload, dict):
         raise MalformedRecord(coordinates, "value.payload", "expected a struct")
     try:
-        op = Op(payload.get("op"))
+        op = Op(str(payload.get("op")))
     except ValueError as exc:
         raise MalformedRecord(
             coordinates, "value.payload.op", f"unknown op {payload.get('op')!r}"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 import urllib.request
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time
 from decimal import Decimal, InvalidOperation
@@ -228,15 +228,14 @@ def verify_all(mapping: MappingFile, connections: Connections) -> Report:
         for route in mapping.tables.values():
             expected = source_rows(conn, route)
             key = primary_key(conn, route.table)
-            readers: list[tuple[str, Callable[[], Rows]]] = []
+            actual: list[tuple[str, Rows]] = []
             if route.search is not None:
-                url = connections.require("search_url")
-                readers.append(("search", lambda r=route, u=url: search_rows(u, r)))
+                actual.append(("search", search_rows(connections.require("search_url"), route)))
             if route.cache is not None and cache is not None:
-                readers.append(("cache", lambda r=route, c=cache: cache_rows(c, r)))
+                actual.append(("cache", cache_rows(cache, route)))
             if route.delta is not None:
-                readers.append(("delta", lambda r=route, k=key: delta_rows(warehouse, r, k)))
-            comparisons = [compare(name, expected, read()) for name, read in readers]
+                actual.append(("delta", delta_rows(warehouse, route, key)))
+            comparisons = [compare(name, expected, rows) for name, rows in actual]
             tables.append(TableComparison(route.table, len(expected), comparisons))
     return Report(tables)
 

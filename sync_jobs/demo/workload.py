@@ -14,6 +14,7 @@ from decimal import Decimal
 from typing import Any
 
 import psycopg
+from psycopg.types.json import Jsonb
 
 Operation = Callable[[psycopg.Connection[Any], random.Random], str | None]
 SCHEMA_SQL = "mappings/shop.sql"
@@ -63,7 +64,7 @@ def insert_product(conn: psycopg.Connection[Any], rng: random.Random) -> str:
             f"Product {n}",
             f"Product {n} description. " * rng.randint(100, 400),
             Decimal(rng.randint(100, 99999)) / 100,
-            psycopg.types.json.Jsonb({"batch": n % 7}),
+            Jsonb({"batch": n % 7}),
         ),
     )
     return "insert product"

@@ -28,7 +28,7 @@ class DeadLetter:
     key: bytes | None
     value: bytes | None
 
-    def headers(self) -> list[tuple[str, bytes]]:
+    def headers(self) -> list[tuple[str, str | bytes | None]]:
         fields = {
             "topic": self.coordinates.topic,
             "partition": str(self.coordinates.partition),

@@ -121,7 +121,7 @@ class SyncJob:
     def drain(self, timeout_seconds: float = 600) -> None:
         """Process everything in the topics now, then stop (trigger availableNow)."""
         query = self.start(available_now=True)
-        query.awaitTermination(timeout_seconds)
+        query.awaitTermination(int(timeout_seconds))
         if query.isActive:
             query.stop()
             raise TimeoutError(f"sync job did not drain within {timeout_seconds}s")

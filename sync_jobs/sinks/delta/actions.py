@@ -113,8 +113,8 @@ def to_actions(route: TableRoute, changes: Sequence[Change]) -> DeltaActions | N
     for meta_field in METADATA_FIELDS:
         arrays[meta_field.name] = pa.array(meta[meta_field.name], type=meta_field.type)
     arrays[DELETED] = pa.array(meta[DELETED], type=pa.bool_())
-    for name, values in flags.items():
-        arrays[name] = pa.array(values, type=pa.bool_())
+    for name, flag_values in flags.items():
+        arrays[name] = pa.array(flag_values, type=pa.bool_())
     return DeltaActions(
         key_columns=key_columns,
         data_columns=data_columns,

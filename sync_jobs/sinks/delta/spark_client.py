@@ -8,9 +8,12 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column
 
 from sync_jobs.mapping import DeltaRoute
 from sync_jobs.sinks.base import WriteResult
@@ -84,8 +87,8 @@ class DeltaSparkWriter:
             .alias("t")
             .merge(live.alias("s"), plan.predicate)
             .whenMatchedDelete(condition=plan.delete_when)
-            .whenMatchedUpdate(condition=plan.update_when, set=plan.updates)
-            .whenNotMatchedInsert(condition=plan.insert_when, values=plan.inserts)
+            .whenMatchedUpdate(condition=plan.update_when, set=_expressions(plan.updates))
+            .whenNotMatchedInsert(condition=plan.insert_when, values=_expressions(plan.inserts))
             .execute()
         )
         return WriteResult(applied=len(actions.changes) - fenced_count, fenced=fenced_count)
@@ -96,3 +99,7 @@ def _doc_id_column(actions: DeltaActions) -> Any:
 
     parts = [F.col(spark_quote(k)).cast("string") for k in actions.key_columns]
     return F.concat_ws("|", *parts)
+
+
+def _expressions(columns: dict[str, str]) -> dict[str, str | Column]:
+    return dict(columns)

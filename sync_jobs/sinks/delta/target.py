@@ -64,7 +64,7 @@ def ensure_table(warehouse: Path, route: DeltaRoute, row_schema: pa.Schema) -> l
         log.info("created Delta table %s.%s at %s", route.schema, route.table, path)
         ensure_tombstones(warehouse, route)
         return list(wanted.names)
-    existing = set(table.schema().to_arrow().names)  # type: ignore[attr-defined]
+    existing = set(table.schema().to_arrow().names)
     added = [f for f in wanted if f.name not in existing]
     if added:
         table.alter.add_columns([Field.from_arrow(f) for f in added])
