@@ -1,0 +1,71 @@
+"""Connector files: validation names the file and key; placeholders resolve from the PG URL."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from connectors.config import engine_properties, load_connector, pg_env_from_url
+from connectors.publisher import TopicSettings
+from sync_jobs.config_errors import ConfigError
+
+pytestmark = pytest.mark.unit
+SHOP = Path("connectors/shop.json")
+
+
+def test_shop_connector_is_what_the_sync_job_expects() -> None:
+    connector = load_connector(SHOP)
+    config = connector.config
+    assert connector.name == "shop" and connector.topic_prefix == "cdc"
+    assert config["plugin.name"] == "pgoutput"
+    assert config["snapshot.mode"] == "initial"
+    assert config["tombstones.on.delete"] == "true"
+    assert config["topic.creation.default.cleanup.policy"] == "compact"
+    assert int(config["heartbeat.interval.ms"]) > 0
+    assert config["slot.name"] and config["publication.name"]
+
+
+def test_placeholders_resolve_from_the_postgres_url(tmp_path: Path) -> None:
+    env = pg_env_from_url("postgresql://cdc%40admin:s3cret@127.0.0.1:6543/shop")
+    props = engine_properties(load_connector(SHOP), env, tmp_path, {"slot.name": "other"})
+    assert props["database.hostname"] == "127.0.0.1"
+    assert props["database.port"] == "6543"
+    assert props["database.user"] == "cdc@admin"
+    assert props["database.password"] == "s3cret"
+    assert props["database.dbname"] == "shop"
+    assert props["slot.name"] == "other"
+    assert props["offset.storage.file.filename"].startswith(str(tmp_path))
+
+
+def test_missing_placeholder_value_names_the_key(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"config\.database\.hostname.*CDC_SYNC_PG_HOST"):
+        engine_properties(load_connector(SHOP), {}, tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"value.converter.schemas.enable": "false"}, "config.value.converter.schemas.enable"),
+        ({"plugin.name": "decoderbufs"}, "config.plugin.name"),
+        ({"topic.prefix": ""}, "config.topic.prefix"),
+        ({"slot.name": 5}, "config.slot.name"),
+    ],
+)
+def test_invalid_settings_name_the_file_and_key(
+    tmp_path: Path, change: dict[str, object], field: str
+) -> None:
+    doc = json.loads(SHOP.read_text())
+    doc["config"].update(change)
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(doc))
+    with pytest.raises(ConfigError) as error:
+        load_connector(bad)
+    assert str(bad) in str(error.value) and field in str(error.value)
+
+
+def test_topic_creation_settings_follow_kafka_connect() -> None:
+    settings = TopicSettings.from_connector(load_connector(SHOP).config)
+    assert settings.partitions == 1 and settings.replication_factor == 1
+    assert settings.config == {"cleanup.policy": "compact"}
