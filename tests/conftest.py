@@ -6,3 +6,5 @@ import sys
 # Spark workers must run this interpreter (pyarrow and the project are installed here).
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+from tests.fixtures.services import *  # noqa: F403

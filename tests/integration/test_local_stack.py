@@ -1,0 +1,91 @@
+"""The local stack: each service answers as the pipeline needs; `stack up/status/down` by PID."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+import uuid
+from pathlib import Path
+
+import psycopg
+import pytest
+import redis
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from infra.local_stack.cli import stack_main
+from infra.local_stack.process import alive
+from infra.local_stack.stack import LocalStack
+from sync_jobs.kafka_clients import consumer_config, producer_config
+from sync_jobs.settings import read_env_file
+from tests.fixtures.services import KafkaEndpoint
+
+pytestmark = pytest.mark.integration
+
+
+def test_postgres_has_logical_wal(pg_url: str) -> None:
+    with psycopg.connect(pg_url) as conn:
+        assert conn.execute("SHOW wal_level").fetchone() == ("logical",)
+
+
+def test_broker_round_trip_and_end_offsets(kafka: KafkaEndpoint) -> None:
+    topic = f"stack-check-{uuid.uuid4().hex[:8]}"
+    producer = Producer(producer_config(kafka.bootstrap, kafka.flavor))
+    for i in range(7):
+        producer.produce(topic, key=f"k{i}".encode(), value=f"v{i}".encode(), partition=0)
+    assert producer.flush(30) == 0
+    consumer = Consumer(consumer_config(kafka.bootstrap, kafka.flavor, group_id=topic))
+    try:
+        assert consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1] == 7
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        values = []
+        while len(values) < 7:
+            message = consumer.poll(10)
+            assert message is not None, f"only {len(values)} of 7 records came back"
+            values.append(message.value())
+    finally:
+        consumer.close()
+    assert values == [f"v{i}".encode() for i in range(7)]
+
+
+def test_search_server_indexes_and_gets(search_url: str) -> None:
+    index = f"stack-check-{uuid.uuid4().hex[:8]}"
+    request = urllib.request.Request(
+        f"{search_url}/{index}/_doc/1?refresh=true",
+        data=json.dumps({"a": 1}).encode(),
+        method="PUT",
+        headers={"Content-Type": "application/json"},
+    )
+    urllib.request.urlopen(request, timeout=10).close()
+    with urllib.request.urlopen(f"{search_url}/{index}/_doc/1", timeout=10) as response:
+        assert json.loads(response.read())["_source"] == {"a": 1}
+
+
+def test_redis_answers(redis_url: str) -> None:
+    client = redis.Redis.from_url(redis_url)
+    key = f"stack-check:{uuid.uuid4().hex}"
+    client.set(key, "v", ex=60)
+    assert client.get(key) == b"v"
+    client.close()
+
+
+def test_stack_up_status_down_stops_exactly_what_it_started(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root, env_file = tmp_path / "stack", tmp_path / "stack.env"
+    common = ["--dir", str(root), "--env-file", str(env_file)]
+    assert stack_main(["up", *common]) == 0
+    try:
+        values = read_env_file(env_file)
+        assert values["CDC_SYNC_KAFKA_FLAVOR"] in ("tansu", "noida")
+        assert values["CDC_SYNC_PG_URL"].startswith("postgresql://cdc_admin@127.0.0.1:")
+        pids = [s.pid for s in LocalStack(root).started()]
+        assert len(pids) == 4 and all(alive(pid) for pid in pids)
+        assert stack_main(["status", *common]) == 0
+        assert stack_main(["up", *common]) == 0  # already up: reused, nothing new started
+        assert [s.pid for s in LocalStack(root).started()] == pids
+    finally:
+        assert stack_main(["down", *common]) == 0
+    assert not any(alive(pid) for pid in pids)
+    assert not env_file.exists()
+    assert stack_main(["status", *common]) == 1
+    assert "not running" in capsys.readouterr().out
