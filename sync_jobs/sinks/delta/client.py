@@ -104,9 +104,12 @@ class DeltaLakeWriter:
         table = open_table(tombstone_path(self.warehouse, route))
         if not upsert_ids or table is None:
             return actions.source, 0
-        stones = table.to_pyarrow_dataset().to_table(
-            columns=[TOMBSTONE_ID, VERSION],
-            filter=pc.field(TOMBSTONE_ID).isin(list(upsert_ids)),
+        # The tombstone table is small (pruned after the retention): filter in memory, where
+        # delta-rs' string_view columns compare fine with a plain string value set.
+        stones = table.to_pyarrow_table(columns=[TOMBSTONE_ID, VERSION])
+        ids = stones[TOMBSTONE_ID].cast(pa.string())
+        stones = pa.table({TOMBSTONE_ID: ids, VERSION: stones[VERSION]}).filter(
+            pc.is_in(ids, value_set=pa.array(list(upsert_ids), type=pa.string()))
         )
         deleted_at = dict(
             zip(stones[TOMBSTONE_ID].to_pylist(), stones[VERSION].to_pylist(), strict=True)

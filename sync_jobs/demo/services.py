@@ -1,0 +1,86 @@
+"""The demo's moving parts: local stack, embedded capture, streaming sync job; stopped in order."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQuery
+
+from sync_jobs.job.runner import JobOptions, SyncJob
+from sync_jobs.job.spark_session import build_spark
+from sync_jobs.mapping import MappingFile
+from sync_jobs.settings import Connections, state_dir
+
+log = logging.getLogger(__name__)
+
+
+class DemoServices:
+    def __init__(self, broker: str | None) -> None:
+        self.broker = broker
+        self.stack: Any = None
+        self.capture: Any = None
+        self.spark: SparkSession | None = None
+        self.job: SyncJob | None = None
+        self.query: StreamingQuery | None = None
+        self.connections: Connections | None = None
+
+    def up(self) -> Connections:
+        from infra.local_stack.stack import LocalStack
+
+        self.stack = LocalStack(state_dir() / "stack", broker=self.broker or "tansu")
+        self.stack.start()
+        self.connections = Connections.load()
+        return self.connections
+
+    def start_capture(self, connector: Path) -> None:
+        from connectors.engine import CaptureEngine
+
+        assert self.connections is not None
+        self.capture = CaptureEngine.from_file(connector, self.connections, state_dir() / "capture")
+        self.capture.start()
+        self.capture.wait_ready(timeout_seconds=120)
+
+    def start_sync(self, mapping: MappingFile) -> None:
+        assert self.connections is not None
+        self.spark = build_spark("cdc-sync-demo")
+        options = JobOptions.defaults(mapping, self.connections)
+        options = JobOptions(
+            checkpoint_dir=options.checkpoint_dir,
+            warehouse=options.warehouse,
+            trigger_seconds=0.5,
+        )
+        self.job = SyncJob(self.spark, mapping, self.connections, options)
+        self.query = self.job.start()
+
+    def raise_if_failed(self) -> None:
+        if self.query is not None and self.query.exception() is not None:
+            raise RuntimeError(f"sync job failed: {self.query.exception()}")
+
+    def wait_for_interrupt(self) -> None:
+        stop = threading.Event()
+        signal.signal(signal.SIGINT, lambda *_: stop.set())
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        while not stop.wait(1.0):
+            self.raise_if_failed()
+
+    def down(self, stop_stack: bool) -> None:
+        """Stop the sync job, then capture, then (unless kept) the services; each step guarded."""
+        steps: list[tuple[str, Any]] = [
+            ("sync job", self.query.stop if self.query else None),
+            ("sinks", self.job.close if self.job else None),
+            ("spark", self.spark.stop if self.spark else None),
+            ("capture", self.capture.stop if self.capture else None),
+            ("local stack", self.stack.stop if (self.stack and stop_stack) else None),
+        ]
+        for name, action in steps:
+            if action is None:
+                continue
+            try:
+                action()
+            except Exception:  # keep stopping the rest; say what failed
+                log.exception("stopping %s failed", name)

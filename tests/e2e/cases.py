@@ -1,0 +1,68 @@
+"""End-to-end cases as data (flink-cdc style): SQL to run, then the rows every sink must hold.
+
+`expect` maps `<schema>.<table>` -> document id -> either `null` (absent from every sink) or the
+columns that must hold these values (compared canonically: "39.50" == 39.5). Special values:
+`absent` (the column must not be there: projected out) and `{repeat: s, times: n}` (s * n).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from sync_jobs.events import TableId
+from sync_jobs.verify import canonical
+
+CASES_DIR = Path(__file__).parent / "cases"
+ABSENT = "absent"
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    sql: tuple[str, ...]
+    expect: dict[TableId, dict[str, dict[str, Any] | None]]
+
+
+def load_cases() -> list[Case]:
+    cases = []
+    for path in sorted(CASES_DIR.glob("*.yaml")):
+        doc = yaml.safe_load(path.read_text())
+        expect = {
+            TableId.parse(table): {str(ident): row for ident, row in rows.items()}
+            for table, rows in (doc.get("expect") or {}).items()
+        }
+        cases.append(Case(doc["name"], tuple(doc.get("sql") or ()), expect))
+    return cases
+
+
+def expected_value(value: Any) -> Any:
+    if isinstance(value, dict) and set(value) == {"repeat", "times"}:
+        return canonical(value["repeat"] * value["times"])
+    return canonical(value)
+
+
+def mismatches(
+    sink: str, rows: dict[str, dict[str, Any]], expected: dict[str, dict[str, Any] | None]
+) -> list[str]:
+    """What differs between a sink's canonical rows and a case's expectations (empty: all good)."""
+    problems = []
+    for ident, columns in expected.items():
+        row = rows.get(ident)
+        if columns is None:
+            if row is not None:
+                problems.append(f"{sink}: {ident} should be absent")
+            continue
+        if row is None:
+            problems.append(f"{sink}: {ident} missing")
+            continue
+        for column, value in columns.items():
+            if value == ABSENT:
+                if column in row:
+                    problems.append(f"{sink}: {ident}.{column} should be projected out")
+            elif row.get(column) != expected_value(value):
+                problems.append(f"{sink}: {ident}.{column} = {row.get(column)!r}")
+    return problems

@@ -1,0 +1,131 @@
+"""Postgres -> Debezium (embedded, real connector JSON) -> broker -> Spark -> search, Redis, Delta.
+
+Runs on the test services (tests/fixtures/services.py: env URL, container, or local process).
+Order matters: the snapshot case runs first, the replay last (it checks what all before built).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import cast
+
+import pytest
+import redis
+from confluent_kafka import Consumer, Producer
+
+from sync_jobs.demo.workload import run_workload
+from sync_jobs.kafka_clients import consumer_config, producer_config
+from sync_jobs.verify import cache_rows, delta_rows, search_rows
+from tests.e2e.cases import Case, load_cases, mismatches
+from tests.e2e.harness import SyncHarness
+from tests.e2e.sinks_state import all_sinks_state
+
+pytestmark = pytest.mark.e2e
+
+CASES = load_cases()
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_case(pipeline: SyncHarness, case: Case) -> None:
+    pipeline.run_sql(case.sql)
+    pipeline.wait_converged()
+    connections = pipeline.connections
+    cache = redis.Redis.from_url(connections.require("redis_url"))
+    warehouse = Path(connections.require("warehouse"))
+    problems: list[str] = []
+    for table, expected in case.expect.items():
+        route = pipeline.mapping.tables[table]
+        key = pipeline.key_columns(table)
+        problems += mismatches(
+            "search", search_rows(connections.require("search_url"), route), expected
+        )
+        problems += mismatches("cache", cache_rows(cache, route), expected)
+        problems += mismatches("delta", delta_rows(warehouse, route, key), expected)
+    cache.close()
+    assert not problems, "\n".join(problems)
+
+
+def test_random_workload_converges_across_a_job_restart(pipeline: SyncHarness) -> None:
+    url = pipeline.connections.require("pg_url")
+    workload = threading.Thread(target=run_workload, args=(url, 150, 11))
+    workload.start()
+    time.sleep(2)
+    pipeline.stop()  # mid-workload: batches in flight re-run on restart and must be harmless
+    pipeline.start()
+    workload.join()
+    run_workload(url, 100, 12)
+    report = pipeline.wait_converged(timeout_seconds=180)
+    assert sum(t.source_count for t in report.tables) > 0
+
+
+def test_malformed_record_is_dead_lettered_and_the_job_goes_on(pipeline: SyncHarness) -> None:
+    kafka_bootstrap = pipeline.connections.require("kafka_bootstrap")
+    flavor = pipeline.connections.kafka_flavor
+    topic = f"{pipeline.mapping.topic_prefix}.shop.customers"
+    garbage = f"not json {uuid.uuid4()}".encode()
+    producer = Producer(producer_config(kafka_bootstrap, flavor))
+    producer.produce(topic, key=b"{broken", value=garbage)
+    assert producer.flush(10) == 0
+    pipeline.run_sql(
+        [
+            "INSERT INTO shop.customers (email, full_name) "
+            "VALUES ('after-dlq@example.com', 'After DLQ')"
+        ]
+    )
+    pipeline.wait_converged()
+    letters = _consume_all(kafka_bootstrap, flavor, pipeline.mapping.dead_letter_topic)
+    matching = [(headers, value) for headers, value in letters if value == garbage]
+    assert matching, "the malformed record is not on the dead-letter topic"
+    headers = matching[0][0]
+    assert headers["cdc_sync.topic"] == topic
+    assert headers["cdc_sync.stage"] == "parse"
+    assert int(headers["cdc_sync.offset"]) >= 0
+
+
+def test_replay_from_offset_zero_with_a_fresh_checkpoint_changes_nothing(
+    pipeline: SyncHarness,
+) -> None:
+    pipeline.wait_converged()
+    pipeline.stop()
+    before = all_sinks_state(pipeline.mapping, pipeline.connections)
+    assert any(before.values())
+    pipeline.drain_fresh(checkpoint=f"replay-{uuid.uuid4().hex[:6]}")
+    after = all_sinks_state(pipeline.mapping, pipeline.connections)
+    changed = [name for name in before if before[name] != after[name]]
+    assert not changed, f"replay changed {changed}"
+    pipeline.wait_converged(timeout_seconds=30)
+
+
+def _consume_all(bootstrap: str, flavor: str, topic: str) -> list[tuple[dict[str, str], bytes]]:
+    consumer = Consumer(
+        consumer_config(bootstrap, flavor, group_id=f"e2e-{uuid.uuid4().hex[:8]}")
+        | {"auto.offset.reset": "earliest", "enable.auto.commit": False}
+    )
+    consumer.subscribe([topic])
+    found: list[tuple[dict[str, str], bytes]] = []
+    deadline = time.monotonic() + 30
+    idle_since = None
+    try:
+        while time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is None or message.error():
+                if found and idle_since is None:
+                    idle_since = time.monotonic()
+                if idle_since and time.monotonic() - idle_since > 3:
+                    break
+                continue
+            idle_since = None
+            raw_headers = cast(list[tuple[str, str | bytes | None]], message.headers() or [])
+            headers = {name: _text(raw) for name, raw in raw_headers}
+            value = message.value()
+            found.append((headers, value if isinstance(value, bytes) else b""))
+    finally:
+        consumer.close()
+    return found
+
+
+def _text(raw: str | bytes | None) -> str:
+    return raw.decode() if isinstance(raw, bytes) else (raw or "")
