@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import shutil
 import signal
 import threading
 from pathlib import Path
@@ -14,9 +15,11 @@ from pyspark.sql.streaming import StreamingQuery
 from sync_jobs.job.runner import JobOptions, SyncJob
 from sync_jobs.job.spark_session import build_spark
 from sync_jobs.mapping import MappingFile
-from sync_jobs.settings import Connections, state_dir
+from sync_jobs.settings import Connections, default_env_file, state_dir, write_env_file
 
 log = logging.getLogger(__name__)
+
+DEMO_STATE = ("stack", "checkpoints", "warehouse", "capture")
 
 
 class DemoServices:
@@ -28,12 +31,21 @@ class DemoServices:
         self.job: SyncJob | None = None
         self.query: StreamingQuery | None = None
         self.connections: Connections | None = None
+        self.started_stack = False
 
     def up(self) -> Connections:
+        """Start the local stack (or reuse one already up) and write its settings file."""
         from infra.local_stack.stack import LocalStack
 
         self.stack = LocalStack(state_dir() / "stack", broker=self.broker or "tansu")
-        self.stack.start()
+        self.started_stack = not self.stack.is_up()
+        if self.started_stack:
+            # The broker and search stand-ins keep nothing across restarts: offsets, checkpoints
+            # and tables of an earlier demo would point at records that no longer exist.
+            for name in DEMO_STATE:
+                shutil.rmtree(state_dir() / name, ignore_errors=True)
+        urls = self.stack.start()
+        write_env_file(default_env_file(), urls.env(state_dir() / "warehouse"))
         self.connections = Connections.load()
         return self.connections
 
@@ -41,7 +53,8 @@ class DemoServices:
         from connectors.engine import CaptureEngine
 
         assert self.connections is not None
-        self.capture = CaptureEngine.from_file(connector, self.connections, state_dir() / "capture")
+        state = state_dir() / "capture" / connector.stem
+        self.capture = CaptureEngine.from_file(connector, self.connections, state)
         self.capture.start()
         self.capture.wait_ready(timeout_seconds=120)
 
@@ -75,7 +88,11 @@ class DemoServices:
             ("sinks", self.job.close if self.job else None),
             ("spark", self.spark.stop if self.spark else None),
             ("capture", self.capture.stop if self.capture else None),
-            ("local stack", self.stack.stop if (self.stack and stop_stack) else None),
+            # A stack that was up before the demo is left as it was.
+            (
+                "local stack",
+                self.stack.stop if (self.stack and stop_stack and self.started_stack) else None,
+            ),
         ]
         for name, action in steps:
             if action is None:
