@@ -124,3 +124,4 @@ class KafkaPublisher:
 
     def close(self) -> None:
         self.producer.flush(FLUSH_TIMEOUT_SECONDS)
+        self.producer.close()

@@ -71,7 +71,9 @@ def check_end_offsets(bootstrap: str, flavor: str) -> None:
     producer = Producer(producer_config(bootstrap, flavor))
     for i in range(SELF_CHECK_RECORDS):
         producer.produce(topic, key=str(i).encode(), value=b"x", partition=0)
-    if producer.flush(30) != 0:
+    unacknowledged = producer.flush(30)
+    producer.close()
+    if unacknowledged:
         raise StackError(f"{flavor} at {bootstrap}: self-check records not acknowledged")
     consumer = Consumer(consumer_config(bootstrap, flavor, group_id=topic))
     try:

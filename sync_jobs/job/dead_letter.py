@@ -78,3 +78,4 @@ class DeadLetterWriter:
 
     def close(self) -> None:
         self._producer.flush(10)
+        self._producer.close()  # drop broker connections now, not at garbage collection

@@ -69,6 +69,7 @@ def test_malformed_record_is_dead_lettered_and_the_job_goes_on(pipeline: SyncHar
     producer = Producer(producer_config(kafka_bootstrap, flavor))
     producer.produce(topic, key=b"{broken", value=garbage)
     assert producer.flush(10) == 0
+    producer.close()
     pipeline.run_sql(
         [
             "INSERT INTO shop.customers (email, full_name) "

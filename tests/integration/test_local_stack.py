@@ -33,6 +33,7 @@ def test_broker_round_trip_and_end_offsets(kafka: KafkaEndpoint) -> None:
     for i in range(7):
         producer.produce(topic, key=f"k{i}".encode(), value=f"v{i}".encode(), partition=0)
     assert producer.flush(30) == 0
+    producer.close()
     consumer = Consumer(consumer_config(kafka.bootstrap, kafka.flavor, group_id=topic))
     try:
         assert consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1] == 7
