@@ -1,0 +1,72 @@
+"""Search sink (Elasticsearch / OpenSearch): one index per routed table behind its alias.
+
+Fenced by `version_type=external_gte` with the LSN as version; deletes are versioned and kept as
+tombstones for `index.gc_deletes` (= the mapping's tombstone retention). Refresh is left to the
+index's refresh policy (users choose it); `refresh(alias)` is there for tests and tools.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sync_jobs.events import Change
+from sync_jobs.mapping import TableRoute
+from sync_jobs.schema import RowSchema
+from sync_jobs.sinks.base import SinkCapabilities, WriteResult
+from sync_jobs.sinks.search.actions import to_actions
+from sync_jobs.sinks.search.backends import CLIENT_KINDS, SearchBackend, connect
+from sync_jobs.sinks.search.client import SearchWriter, retried
+from sync_jobs.sinks.search.target import ensure_index
+
+__all__ = ["CLIENT_KINDS", "SearchSink"]
+
+
+class SearchSink:
+    name = "search"
+    capabilities = SinkCapabilities(
+        fenced_upserts=True,
+        fenced_deletes=True,  # within index.gc_deletes
+        merges_unavailable_columns=True,
+        evolves_schema=True,
+    )
+
+    def __init__(
+        self,
+        client_kind: str,
+        url: str,
+        tombstone_retention_seconds: int,
+        *,
+        compat_headers: bool = True,
+    ) -> None:
+        """`compat_headers=False` (elasticsearch client only): send plain `application/json`
+        instead of Elasticsearch's `compatible-with=N` media types, which OpenSearch-API servers
+        (the local stack's osmem-server) reject with HTTP 406. Keep the default for Elasticsearch.
+        """
+        if tombstone_retention_seconds <= 0:
+            raise ValueError("tombstone_retention_seconds must be positive")
+        self.client_kind = client_kind
+        self.backend: SearchBackend = connect(client_kind, url, compat_headers)
+        self.tombstone_retention_seconds = tombstone_retention_seconds
+        self.writer = SearchWriter(self.backend)
+
+    def ensure_target(self, route: TableRoute, schema: RowSchema | None) -> None:
+        search = route.search
+        if search is None:
+            return
+        retried(
+            lambda: ensure_index(self.backend, search, schema, self.tombstone_retention_seconds),
+            f"search ensure_target {search.index}",
+        )
+
+    def apply(self, route: TableRoute, changes: Sequence[Change]) -> WriteResult:
+        actions = to_actions(route, changes)
+        if actions is None:
+            return WriteResult()
+        return self.writer.write_batch(actions)
+
+    def refresh(self, alias: str) -> None:
+        """Make writes searchable now (tests); production relies on the index refresh policy."""
+        self.backend.refresh(alias)
+
+    def close(self) -> None:
+        self.backend.close()

@@ -1,0 +1,172 @@
+"""One small interface over the two search clients (opensearch-py, elasticsearch 9.x).
+
+Both return plain dicts; error classification reads structured fields only (exception class and
+HTTP status), never messages. The clients' own retries are off: `retry_transient` owns retrying,
+so backoff and attempt counts are in one place.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal, Protocol
+
+import elastic_transport
+import elasticsearch
+import opensearchpy
+from elastic_transport import Transport
+
+ClientKind = Literal["opensearch", "elasticsearch"]
+CLIENT_KINDS: tuple[ClientKind, ...] = ("opensearch", "elasticsearch")
+
+
+class SearchBackend(Protocol):
+    def alias_exists(self, alias: str) -> bool: ...
+    def index_exists(self, index: str) -> bool: ...
+    def create_index(
+        self, index: str, mappings: Mapping[str, Any], settings: Mapping[str, Any], alias: str
+    ) -> None: ...
+    def put_alias(self, index: str, alias: str) -> None: ...
+    def mappings(self, alias: str) -> dict[str, dict[str, Any]]:
+        """Concrete index name -> its `mappings` object, for every index behind `alias`."""
+
+    def put_mapping(self, index: str, properties: Mapping[str, Any]) -> None: ...
+    def mget(self, alias: str, ids: Sequence[str]) -> list[dict[str, Any]]: ...
+    def bulk(self, operations: Sequence[Mapping[str, Any]]) -> dict[str, Any]: ...
+    def refresh(self, alias: str) -> None: ...
+    def close(self) -> None: ...
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Connection trouble, timeouts, 429 and 5xx may pass; other errors (TLS included) will not."""
+    if isinstance(exc, opensearchpy.SSLError | elastic_transport.TlsError):
+        return False
+    if isinstance(
+        exc,
+        opensearchpy.ConnectionError  # covers ConnectionTimeout
+        | elastic_transport.ConnectionError
+        | elastic_transport.ConnectionTimeout,
+    ):
+        return True
+    if isinstance(exc, opensearchpy.TransportError):
+        return is_transient_status(exc.status_code)
+    if isinstance(exc, elasticsearch.ApiError):
+        return is_transient_status(exc.meta.status)
+    return False
+
+
+def is_transient_status(status: object) -> bool:
+    return isinstance(status, int) and (status == 429 or status >= 500)
+
+
+def connect(kind: str, url: str, compat_headers: bool = True) -> SearchBackend:
+    if kind == "opensearch":
+        return OpenSearchBackend(url)
+    if kind == "elasticsearch":
+        return ElasticsearchBackend(url, compat_headers)
+    raise ValueError(f"search client_kind must be one of {', '.join(CLIENT_KINDS)}, got {kind!r}")
+
+
+class OpenSearchBackend:
+    def __init__(self, url: str) -> None:
+        self.client = opensearchpy.OpenSearch(hosts=[url], max_retries=0, retry_on_timeout=False)
+
+    def alias_exists(self, alias: str) -> bool:
+        return bool(self.client.indices.exists_alias(name=alias))
+
+    def index_exists(self, index: str) -> bool:
+        return bool(self.client.indices.exists(index=index))
+
+    def create_index(
+        self, index: str, mappings: Mapping[str, Any], settings: Mapping[str, Any], alias: str
+    ) -> None:
+        body = {"mappings": dict(mappings), "settings": dict(settings), "aliases": {alias: {}}}
+        self.client.indices.create(index=index, body=body)
+
+    def put_alias(self, index: str, alias: str) -> None:
+        self.client.indices.put_alias(index=index, name=alias)
+
+    def mappings(self, alias: str) -> dict[str, dict[str, Any]]:
+        answer = self.client.indices.get_mapping(index=alias)
+        return {name: dict(body.get("mappings", {})) for name, body in answer.items()}
+
+    def put_mapping(self, index: str, properties: Mapping[str, Any]) -> None:
+        self.client.indices.put_mapping(index=index, body={"properties": dict(properties)})
+
+    def mget(self, alias: str, ids: Sequence[str]) -> list[dict[str, Any]]:
+        answer = self.client.mget(index=alias, body={"ids": list(ids)})
+        return list(answer["docs"])
+
+    def bulk(self, operations: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        return dict(self.client.bulk(body=list(operations)))
+
+    def refresh(self, alias: str) -> None:
+        self.client.indices.refresh(index=alias)
+
+    def close(self) -> None:
+        self.client.close()
+
+
+# elasticsearch-py 8+/9 rewrites Accept/Content-Type to `application/vnd.elasticsearch+json;
+# compatible-with=9` on every request. Elasticsearch understands that; OpenSearch-API servers
+# (the local stack's osmem-server, OpenSearch itself) answer HTTP 406. With compat_headers=False
+# the transport turns them back into plain `application/json` / `application/x-ndjson`.
+_COMPAT_MIMETYPE = re.compile(r"application/vnd\.elasticsearch\+([\w-]+); ?compatible-with=\d+")
+
+
+class PlainJsonTransport(Transport):
+    def perform_request(self, method: str, target: str, **kwargs: Any) -> Any:
+        headers = kwargs.get("headers")
+        if isinstance(headers, Mapping):
+            kwargs["headers"] = {
+                name: _COMPAT_MIMETYPE.sub(r"application/\1", value)
+                if name.lower() in ("accept", "content-type")
+                else value
+                for name, value in headers.items()
+            }
+        return super().perform_request(method, target, **kwargs)
+
+
+class ElasticsearchBackend:
+    def __init__(self, url: str, compat_headers: bool = True) -> None:
+        self.client = elasticsearch.Elasticsearch(
+            url,
+            max_retries=0,
+            retry_on_timeout=False,
+            transport_class=Transport if compat_headers else PlainJsonTransport,
+        )
+
+    def alias_exists(self, alias: str) -> bool:
+        return bool(self.client.indices.exists_alias(name=alias))
+
+    def index_exists(self, index: str) -> bool:
+        return bool(self.client.indices.exists(index=index))
+
+    def create_index(
+        self, index: str, mappings: Mapping[str, Any], settings: Mapping[str, Any], alias: str
+    ) -> None:
+        self.client.indices.create(
+            index=index, mappings=dict(mappings), settings=dict(settings), aliases={alias: {}}
+        )
+
+    def put_alias(self, index: str, alias: str) -> None:
+        self.client.indices.put_alias(index=index, name=alias)
+
+    def mappings(self, alias: str) -> dict[str, dict[str, Any]]:
+        answer = self.client.indices.get_mapping(index=alias).body
+        return {name: dict(body.get("mappings", {})) for name, body in answer.items()}
+
+    def put_mapping(self, index: str, properties: Mapping[str, Any]) -> None:
+        self.client.indices.put_mapping(index=index, properties=dict(properties))
+
+    def mget(self, alias: str, ids: Sequence[str]) -> list[dict[str, Any]]:
+        return list(self.client.mget(index=alias, ids=list(ids)).body["docs"])
+
+    def bulk(self, operations: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        return dict(self.client.bulk(operations=list(operations)).body)
+
+    def refresh(self, alias: str) -> None:
+        self.client.indices.refresh(index=alias)
+
+    def close(self) -> None:
+        self.client.close()
