@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import shutil
+import sys
 import urllib.request
 import uuid
 from pathlib import Path
@@ -42,7 +43,9 @@ def start_broker(root: Path, flavor: str) -> Started:
             "memory://tansu/",
         ]
     elif flavor == "noida":
-        noida = shutil.which("noida-db")
+        # The console script sits next to this interpreter when the venv is not on PATH.
+        beside = Path(sys.executable).with_name("noida-db")
+        noida = str(beside) if beside.exists() else shutil.which("noida-db")
         if noida is None:
             raise StackError("noida-db not found: install the project's `local` extra")
         argv = [

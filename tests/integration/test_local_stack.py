@@ -13,7 +13,8 @@ import redis
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from infra.local_stack.cli import stack_main
-from infra.local_stack.process import alive
+from infra.local_stack.process import alive, stop_pid
+from infra.local_stack.services import check_end_offsets, start_broker
 from infra.local_stack.stack import LocalStack
 from sync_jobs.kafka_clients import consumer_config, producer_config
 from sync_jobs.settings import read_env_file
@@ -90,3 +91,13 @@ def test_stack_up_status_down_stops_exactly_what_it_started(
     assert not env_file.exists()
     assert stack_main(["status", *common]) == 1
     assert "not running" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("flavor", ["tansu", "noida"])
+def test_each_broker_stand_in_passes_the_end_offset_self_check(tmp_path: Path, flavor: str) -> None:
+    started = start_broker(tmp_path, flavor)  # runs check_end_offsets before returning
+    try:
+        check_end_offsets(started.url, flavor)  # and again on a warm broker
+    finally:
+        stop_pid(started.pid)
+    assert not alive(started.pid)
