@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import signal
+import sys
 import threading
 from pathlib import Path
 
@@ -30,6 +31,9 @@ def capture_main(argv: list[str]) -> int:
     try:
         while not stop.wait(1.0):
             engine.raise_if_failed()
+    except RuntimeError as exc:
+        print(f"cdc-sync capture: {exc}", file=sys.stderr)
+        return 1
     finally:
         engine.stop()
     return 0

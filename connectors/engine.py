@@ -108,7 +108,8 @@ class CaptureEngine:
         self._engine = DebeziumEngine(
             properties=self.properties,
             handler=handler,
-            jvm_opts=[f"-Dlog4j2.configurationFile={LOG4J_CONFIG}", "-Xmx768m"],
+            # -Xrs: SIGTERM/SIGINT reach Python (a clean engine stop) instead of the JVM exiting.
+            jvm_opts=[f"-Dlog4j2.configurationFile={LOG4J_CONFIG}", "-Xmx768m", "-Xrs"],
         )
         self._started_at = time.monotonic()
         self._thread = threading.Thread(target=self._run, name="debezium-engine", daemon=True)
