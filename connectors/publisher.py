@@ -7,7 +7,7 @@ engine commits source offsets after that, so a crash can repeat records but neve
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,7 +35,7 @@ class TopicSettings:
     config: dict[str, str]
 
     @classmethod
-    def from_connector(cls, config: dict[str, Any]) -> TopicSettings:
+    def from_connector(cls, config: Mapping[str, Any]) -> TopicSettings:
         """Kafka Connect's `topic.creation.default.*` settings, applied the same way."""
         prefix = "topic.creation.default."
         extra = {

@@ -23,11 +23,14 @@ class RetryPolicy:
         return rng.uniform(0, min(self.max_seconds, self.base_seconds * 2**attempt))
 
 
+DEFAULT_POLICY = RetryPolicy()
+
+
 def retry_transient(
     action: Callable[[], T],
     is_transient: Callable[[BaseException], bool],
     what: str,
-    policy: RetryPolicy = RetryPolicy(),
+    policy: RetryPolicy = DEFAULT_POLICY,
     rng: random.Random | None = None,
     sleep: Callable[[float], None] = time.sleep,
 ) -> T:

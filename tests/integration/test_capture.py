@@ -58,7 +58,7 @@ def read_topic(kafka: KafkaEndpoint, topic: str) -> list[Record]:
         while len(records) < high:
             message = consumer.poll(10)
             assert message is not None, f"{topic}: {len(records)} of {high} records read"
-            coordinates = Coordinates(topic, message.partition(), message.offset())
+            coordinates = Coordinates(topic, message.partition() or 0, message.offset() or 0)
             records.append((message.key(), message.value(), coordinates))
         return records
     finally:

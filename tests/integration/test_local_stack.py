@@ -39,7 +39,7 @@ def test_broker_round_trip_and_end_offsets(kafka: KafkaEndpoint) -> None:
     try:
         assert consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1] == 7
         consumer.assign([TopicPartition(topic, 0, 0)])
-        values = []
+        values: list[bytes | None] = []
         while len(values) < 7:
             message = consumer.poll(10)
             assert message is not None, f"only {len(values)} of 7 records came back"

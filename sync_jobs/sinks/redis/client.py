@@ -9,13 +9,14 @@ timeouts fail the whole chunk; re-sending it is harmless because every call is f
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 from importlib import resources
 from typing import Any, TypeVar
 
 import redis
 from redis.exceptions import ResponseError
 
-from sync_jobs.retry import RetryPolicy, retry_transient
+from sync_jobs.retry import DEFAULT_POLICY, RetryPolicy, retry_transient
 from sync_jobs.sinks.base import RecordFailure, TransientSinkError, WriteResult
 from sync_jobs.sinks.redis.actions import CacheAction
 
@@ -38,7 +39,7 @@ class RedisWriter:
         self,
         client: redis.Redis,
         tombstone_retention_seconds: int,
-        policy: RetryPolicy = RetryPolicy(),
+        policy: RetryPolicy = DEFAULT_POLICY,
     ) -> None:
         self.client = client
         self.tombstone_retention_seconds = tombstone_retention_seconds
@@ -55,7 +56,7 @@ class RedisWriter:
         result = WriteResult()
         for start in range(0, len(actions), PIPELINE_CHUNK):
             chunk = actions[start : start + PIPELINE_CHUNK]
-            answers = retried(lambda: self._send(chunk), "redis apply pipeline", self.policy)
+            answers = retried(partial(self._send, chunk), "redis apply pipeline", self.policy)
             result = result.merge(classify_answers(chunk, answers))
         return result
 

@@ -14,7 +14,12 @@ from sync_jobs.mapping import TableRoute
 from sync_jobs.schema import RowSchema
 from sync_jobs.sinks.base import SinkCapabilities, WriteResult
 from sync_jobs.sinks.search.actions import to_actions
-from sync_jobs.sinks.search.backends import CLIENT_KINDS, SearchBackend, connect
+from sync_jobs.sinks.search.backends import (
+    CLIENT_KINDS,
+    SearchBackend,
+    connect,
+    server_distribution,
+)
 from sync_jobs.sinks.search.client import SearchWriter, retried
 from sync_jobs.sinks.search.target import ensure_index
 
@@ -36,14 +41,18 @@ class SearchSink:
         url: str,
         tombstone_retention_seconds: int,
         *,
-        compat_headers: bool = True,
+        compat_headers: bool | None = None,
     ) -> None:
-        """`compat_headers=False` (elasticsearch client only): send plain `application/json`
-        instead of Elasticsearch's `compatible-with=N` media types, which OpenSearch-API servers
-        (the local stack's osmem-server) reject with HTTP 406. Keep the default for Elasticsearch.
+        """`compat_headers` (elasticsearch client only): Elasticsearch's `compatible-with=N`
+        media types, which OpenSearch-API servers (the local stack's osmem-server) reject with
+        HTTP 406. None = ask the server: on for Elasticsearch, off for an OpenSearch API.
         """
         if tombstone_retention_seconds <= 0:
             raise ValueError("tombstone_retention_seconds must be positive")
+        if compat_headers is None:
+            compat_headers = (
+                client_kind == "elasticsearch" and server_distribution(url) != "opensearch"
+            )
         self.client_kind = client_kind
         self.backend: SearchBackend = connect(client_kind, url, compat_headers)
         self.tombstone_retention_seconds = tombstone_retention_seconds

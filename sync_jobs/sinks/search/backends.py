@@ -7,7 +7,9 @@ so backoff and attempt counts are in one place.
 
 from __future__ import annotations
 
+import json
 import re
+import urllib.request
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, Protocol
 
@@ -57,6 +59,16 @@ def is_transient(exc: BaseException) -> bool:
 
 def is_transient_status(status: object) -> bool:
     return isinstance(status, int) and (status == 429 or status >= 500)
+
+
+def server_distribution(url: str) -> str:
+    """`opensearch` for OpenSearch-API servers, else `elasticsearch` (from `GET /`)."""
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            version = json.loads(response.read()).get("version", {})
+    except (OSError, ValueError):
+        return "elasticsearch"  # unreachable now: the client reports it on first use
+    return "opensearch" if version.get("distribution") == "opensearch" else "elasticsearch"
 
 
 def connect(kind: str, url: str, compat_headers: bool = True) -> SearchBackend:

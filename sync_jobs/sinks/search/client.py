@@ -12,9 +12,10 @@ import logging
 import random
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any, TypeVar
 
-from sync_jobs.retry import RetryPolicy, retry_transient
+from sync_jobs.retry import DEFAULT_POLICY, RetryPolicy, retry_transient
 from sync_jobs.sinks.base import RecordFailure, TransientSinkError, WriteResult
 from sync_jobs.sinks.search.actions import BulkAction, SearchActions, bulk_operations
 from sync_jobs.sinks.search.backends import SearchBackend, is_transient, is_transient_status
@@ -29,7 +30,7 @@ class SearchWriter:
     def __init__(
         self,
         backend: SearchBackend,
-        policy: RetryPolicy = RetryPolicy(),
+        policy: RetryPolicy = DEFAULT_POLICY,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.backend = backend
@@ -64,7 +65,8 @@ class SearchWriter:
         pending = chunk
         for attempt in range(self.policy.attempts):
             answer = self._call(
-                lambda: self.backend.bulk(bulk_operations(alias, pending)), f"search bulk {alias}"
+                partial(self.backend.bulk, bulk_operations(alias, pending)),
+                f"search bulk {alias}",
             )
             done, retry = classify_items(pending, answer.get("items", []))
             result = result.merge(done)
@@ -93,7 +95,7 @@ class SearchWriter:
 def retried(
     action: Callable[[], T],
     what: str,
-    policy: RetryPolicy = RetryPolicy(),
+    policy: RetryPolicy = DEFAULT_POLICY,
     sleep: Callable[[float], None] = time.sleep,
 ) -> T:
     """Retry transient whole-request failures; when retries run out, raise TransientSinkError."""
@@ -114,9 +116,11 @@ def classify_items(
     result = WriteResult()
     retry: list[BulkAction] = []
     for action, item in zip(actions, items, strict=True):
-        outcome = item.get(action.op) or next(iter(item.values()), {})
+        outcome: dict[str, Any] = item.get(action.op) or next(iter(item.values()), {})
         status = outcome.get("status")
-        if (isinstance(status, int) and 200 <= status < 300) or (status == 404 and action.op == "delete"):
+        if (isinstance(status, int) and 200 <= status < 300) or (
+            status == 404 and action.op == "delete"
+        ):
             result.applied += 1
         elif status == 409:
             result.fenced += 1

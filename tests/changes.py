@@ -1,0 +1,45 @@
+"""Routed `Change`s of the demo products table, built from real Debezium envelopes (tests only)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from sync_jobs.events import Change, TableId, parse_record
+from sync_jobs.mapping import CacheRoute, Policies, SearchRoute, TableRoute
+from tests.envelopes import PRODUCT_FIELDS, coords, envelope_bytes, field, key_bytes
+
+LONG_FIELDS = [*PRODUCT_FIELDS[:-1], field("in_stock", "boolean"), field("stock", "int64")]
+
+
+def products_route(index: str | None = None, prefix: str | None = None) -> TableRoute:
+    """A products route with its own index and cache prefix, so tests never share state."""
+    tag = uuid.uuid4().hex[:8]
+    return TableRoute(
+        table=TableId("shop", "products"),
+        columns=None,
+        rename={},
+        search=SearchRoute(
+            index or f"t_products_{tag}", {"properties": {"id": {"type": "integer"}}}
+        ),
+        cache=CacheRoute(prefix or f"t{tag}"),
+        delta=None,
+        policies=Policies(),
+    )
+
+
+def change(
+    route: TableRoute,
+    op: str,
+    lsn: int,
+    key: int,
+    after: dict[str, Any] | None = None,
+    fields: list[dict[str, Any]] | None = None,
+) -> Change:
+    parsed = parse_record(
+        key_bytes("products", {"id": key}),
+        envelope_bytes("products", op, lsn, after, fields=fields),
+        coords(lsn),
+    )
+    assert isinstance(parsed, Change)
+    return route.route(parsed)

@@ -1,0 +1,125 @@
+"""Redis sink on a real server: Lua compare-and-set, tombstones with TTL, TOAST merge, row TTL."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+
+from sync_jobs.events import Change
+from sync_jobs.mapping import CacheRoute, TableRoute
+from sync_jobs.sinks.redis import RedisSink
+from tests.changes import change, products_route
+from tests.envelopes import UNAVAILABLE, product
+
+pytestmark = pytest.mark.integration
+RETENTION = 3600
+
+
+@pytest.fixture
+def sink(redis_url: str) -> Iterator[RedisSink]:
+    sink = RedisSink(redis_url, tombstone_retention_seconds=RETENTION)
+    yield sink
+    sink.close()
+
+
+@pytest.fixture
+def route(sink: RedisSink) -> TableRoute:
+    route = products_route()
+    sink.ensure_target(route, None)
+    return route
+
+
+@pytest.fixture
+def client(redis_url: str) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    yield client
+    client.close()
+
+
+def stored(client: redis.Redis, route: TableRoute, ident: int) -> dict[str, Any] | None:
+    assert route.cache is not None
+    raw = client.hget(route.cache.key(route.table, str(ident)), "row")
+    return None if raw is None else json.loads(str(raw))
+
+
+def apply(sink: RedisSink, route: TableRoute, *changes: Change) -> tuple[int, int, int]:
+    result = sink.apply(route, list(changes))
+    return result.applied, result.fenced, len(result.failures)
+
+
+def test_newer_wins_older_is_fenced_and_versions_are_stored(
+    sink: RedisSink, route: TableRoute, client: redis.Redis
+) -> None:
+    big = 2**63 + 5  # beyond a Lua double's exact range: compared as padded strings
+    assert apply(sink, route, change(route, "c", big, 1, product(1, name="new"))) == (1, 0, 0)
+    assert apply(sink, route, change(route, "u", big - 1, 1, product(1, name="old"))) == (0, 1, 0)
+    row = stored(client, route, 1)
+    assert row is not None and row["name"] == "new"
+    assert route.cache is not None
+    assert int(str(client.hget(route.cache.key(route.table, "1"), "version"))) == big
+
+
+def test_delete_leaves_a_tombstone_that_fences_stale_updates(
+    sink: RedisSink, route: TableRoute, client: redis.Redis
+) -> None:
+    apply(sink, route, change(route, "c", 10, 2, product(2)))
+    assert apply(sink, route, change(route, "d", 40, 2)) == (1, 0, 0)
+    assert stored(client, route, 2) is None
+    assert route.cache is not None
+    stone = route.cache.tombstone_key(route.table, "2")
+    assert 0 < client.ttl(stone) <= RETENTION
+    assert apply(sink, route, change(route, "u", 30, 2, product(2))) == (0, 1, 0)
+    assert stored(client, route, 2) is None
+    assert apply(sink, route, change(route, "c", 50, 2, product(2, name="reborn"))) == (1, 0, 0)
+    assert (stored(client, route, 2) or {})["name"] == "reborn"
+
+
+def test_replay_is_idempotent(sink: RedisSink, route: TableRoute, client: redis.Redis) -> None:
+    batch = [change(route, "c", 10, 3, product(3)), change(route, "d", 12, 4)]
+    apply(sink, route, *batch)
+    before = stored(client, route, 3)
+    applied, fenced, failed = apply(sink, route, *batch)
+    assert failed == 0 and applied + fenced == 2
+    assert stored(client, route, 3) == before
+
+
+def test_unchanged_toast_column_keeps_the_stored_value_and_exact_numbers(
+    sink: RedisSink, route: TableRoute, client: redis.Redis
+) -> None:
+    first = product(5, description="long stored text") | {"id": 5}
+    apply(sink, route, change(route, "c", 10, 5, first))
+    toast = product(5, name="renamed", description=UNAVAILABLE)
+    assert apply(sink, route, change(route, "u", 20, 5, toast)) == (1, 0, 0)
+    row = stored(client, route, 5)
+    assert row is not None
+    assert (row["name"], row["description"], row["price"]) == (
+        "renamed",
+        "long stored text",
+        "89.90",
+    )
+
+
+def test_row_ttl_expires_row_keys(sink: RedisSink, client: redis.Redis) -> None:
+    route = products_route()
+    route = dataclasses.replace(route, cache=CacheRoute(route.cache.prefix, ttl_seconds=120))  # type: ignore[union-attr]
+    apply(sink, route, change(route, "c", 10, 6, product(6)))
+    assert route.cache is not None
+    assert 0 < client.ttl(route.cache.key(route.table, "6")) <= 120
+
+
+def test_a_key_of_the_wrong_type_is_a_terminal_record_failure(
+    sink: RedisSink, route: TableRoute, client: redis.Redis
+) -> None:
+    assert route.cache is not None
+    client.set(route.cache.key(route.table, "7"), "not a hash")
+    result = sink.apply(
+        route, [change(route, "c", 10, 7, product(7)), change(route, "c", 10, 8, product(8))]
+    )
+    assert result.applied == 1
+    [failure] = result.failures
+    assert failure.change.doc_id == "7" and failure.error_class == "ResponseError"

@@ -1,0 +1,109 @@
+"""Search sink on a real server (osmem-server locally), through both clients."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from sync_jobs.events import Change
+from sync_jobs.mapping import TableRoute
+from sync_jobs.sinks.search import SearchSink
+from tests.changes import LONG_FIELDS, change, products_route
+from tests.envelopes import UNAVAILABLE, product
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(params=["opensearch", "elasticsearch"])
+def sink(request: pytest.FixtureRequest, search_url: str) -> Iterator[SearchSink]:
+    sink = SearchSink(request.param, search_url, tombstone_retention_seconds=3600)
+    yield sink
+    sink.close()
+
+
+@pytest.fixture
+def route(sink: SearchSink) -> TableRoute:
+    route = products_route()
+    sink.ensure_target(route, change(route, "c", 1, 1, product(1)).schema)
+    return route
+
+
+def docs(sink: SearchSink, route: TableRoute) -> dict[str, dict[str, Any]]:
+    assert route.search is not None
+    sink.refresh(route.search.index)
+    found = sink.backend.mget(route.search.index, [str(i) for i in range(1, 10)])
+    return {d["_id"]: d["_source"] for d in found if d.get("found")}
+
+
+def apply(sink: SearchSink, route: TableRoute, *changes: Change) -> tuple[int, int, int]:
+    result = sink.apply(route, list(changes))
+    return result.applied, result.fenced, len(result.failures)
+
+
+def test_newer_wins_and_an_older_update_is_fenced(sink: SearchSink, route: TableRoute) -> None:
+    assert apply(sink, route, change(route, "c", 10, 1, product(1, name="v10"))) == (1, 0, 0)
+    assert apply(sink, route, change(route, "u", 30, 1, product(1, name="v30"))) == (1, 0, 0)
+    assert apply(sink, route, change(route, "u", 20, 1, product(1, name="v20"))) == (0, 1, 0)
+    assert docs(sink, route)["1"]["name"] == "v30"
+
+
+def test_a_stale_update_after_a_delete_does_not_resurrect(
+    sink: SearchSink, route: TableRoute
+) -> None:
+    apply(sink, route, change(route, "c", 10, 2, product(2)))
+    assert apply(sink, route, change(route, "d", 40, 2)) == (1, 0, 0)
+    assert apply(sink, route, change(route, "u", 30, 2, product(2, name="stale"))) == (0, 1, 0)
+    assert "2" not in docs(sink, route)
+
+
+def test_replaying_a_batch_is_idempotent(sink: SearchSink, route: TableRoute) -> None:
+    batch = [change(route, "c", 10, 3, product(3)), change(route, "c", 11, 4, product(4))]
+    apply(sink, route, *batch)
+    before = docs(sink, route)
+    applied, fenced, failed = apply(sink, route, *batch)
+    assert failed == 0 and applied + fenced == 2
+    assert docs(sink, route) == before
+
+
+def test_unchanged_toast_field_keeps_the_stored_value(sink: SearchSink, route: TableRoute) -> None:
+    apply(sink, route, change(route, "c", 10, 5, product(5, description="long stored text")))
+    toast = product(5, name="renamed", description=UNAVAILABLE)
+    assert apply(sink, route, change(route, "u", 20, 5, toast)) == (1, 0, 0)
+    doc = docs(sink, route)["5"]
+    assert (doc["name"], doc["description"]) == ("renamed", "long stored text")
+
+
+def test_composite_style_ids_and_new_columns_evolve_the_mapping(
+    sink: SearchSink, route: TableRoute
+) -> None:
+    wider = change(route, "c", 10, 6, product(6) | {"in_stock": None, "stock": 12}, LONG_FIELDS)
+    sink.ensure_target(route, wider.schema)  # adds `stock` to the index mapping
+    assert route.search is not None
+    mappings = sink.backend.mappings(route.search.index)
+    assert all("stock" in m["properties"] for m in mappings.values())
+    assert apply(sink, route, wider) == (1, 0, 0)
+    assert docs(sink, route)["6"]["stock"] == 12
+
+
+def test_a_document_the_mapping_rejects_is_a_terminal_record_failure(
+    sink: SearchSink, route: TableRoute
+) -> None:
+    bad = change(
+        route,
+        "c",
+        10,
+        7,
+        product(7) | {"stock": "not a number"},
+        [*LONG_FIELDS[:-1], {"type": "string", "optional": True, "field": "stock"}],
+    )
+    sink.ensure_target(
+        route, change(route, "c", 9, 8, product(8) | {"stock": 1}, LONG_FIELDS).schema
+    )
+    result = sink.apply(route, [bad, change(route, "c", 11, 8, product(8))])
+    assert result.applied == 1
+    [failure] = result.failures
+    assert failure.change.doc_id == "7"
+    assert "exception" in failure.error_class
+    assert "not a number" not in failure.message  # no payloads in errors

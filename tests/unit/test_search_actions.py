@@ -1,0 +1,87 @@
+"""Search actions without a server: versioned bulk lines, ids, partial TOAST docs, deletes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from sync_jobs.sinks.search.actions import bulk_operations, concrete_index, to_actions
+from sync_jobs.sinks.search.client import classify_items
+from sync_jobs.sinks.search.target import index_settings, initial_mappings
+from tests.changes import change, products_route
+from tests.envelopes import UNAVAILABLE, product
+
+pytestmark = pytest.mark.unit
+ROUTE = products_route(index="products")
+
+
+def test_upserts_and_deletes_are_versioned_external_gte_by_lsn() -> None:
+    actions = to_actions(ROUTE, [change(ROUTE, "u", 30, 1, product(1)), change(ROUTE, "d", 40, 2)])
+    assert actions is not None and actions.alias == "products"
+    lines = bulk_operations(concrete_index("products"), actions.actions)
+    assert lines[0] == {
+        "index": {
+            "_index": "products_v1",
+            "_id": "1",
+            "version": 30,
+            "version_type": "external_gte",
+        }
+    }
+    assert lines[1]["price"] == "89.90"  # exact decimal text, not a float
+    assert lines[2] == {
+        "delete": {
+            "_index": "products_v1",
+            "_id": "2",
+            "version": 40,
+            "version_type": "external_gte",
+        }
+    }
+    assert len(lines) == 3  # deletes carry no document
+
+
+def test_unchanged_toast_fields_are_left_out_then_filled_from_the_stored_doc() -> None:
+    row = product(1, description=UNAVAILABLE)
+    actions = to_actions(ROUTE, [change(ROUTE, "u", 50, 1, row)])
+    assert actions is not None
+    action = actions.actions[0]
+    assert action.unavailable_fields == {"description"}
+    assert action.document is not None and "description" not in action.document
+    filled = action.with_stored_fields({"description": "stored text", "name": "old name"})
+    assert filled.document is not None
+    assert filled.document["description"] == "stored text"
+    assert filled.document["name"] == "Keyboard"  # the change's own fields win
+
+
+def test_no_route_or_no_changes_means_no_actions() -> None:
+    assert to_actions(ROUTE, []) is None
+
+
+def test_bulk_items_classify_into_applied_fenced_failed_and_retry() -> None:
+    changes = [change(ROUTE, "u", lsn, lsn, product(lsn)) for lsn in (1, 2, 3, 4)]
+    changes.append(change(ROUTE, "d", 5, 5))
+    actions = to_actions(ROUTE, changes)
+    assert actions is not None
+    items: list[dict[str, Any]] = [
+        {"index": {"status": 201}},
+        {"index": {"status": 409, "error": {"type": "version_conflict_engine_exception"}}},
+        {"index": {"status": 400, "error": {"type": "mapper_parsing_exception"}}},
+        {"index": {"status": 429}},
+        {"delete": {"status": 404}},  # already gone: the versioned delete still counts
+    ]
+    result, retry = classify_items(actions.actions, items)
+    assert (result.applied, result.fenced) == (2, 1)
+    assert [f.error_class for f in result.failures] == ["mapper_parsing_exception"]
+    assert [a.doc_id for a in retry] == ["4"]
+
+
+def test_index_settings_carry_the_tombstone_retention_as_gc_deletes() -> None:
+    assert index_settings(ROUTE.search, 3600)["index"]["gc_deletes"] == "3600s"  # type: ignore[arg-type]
+
+
+def test_route_mapping_wins_and_schema_columns_fill_the_rest() -> None:
+    schema = change(ROUTE, "c", 1, 1, product(1)).schema
+    mappings = initial_mappings(ROUTE.search, schema)  # type: ignore[arg-type]
+    assert mappings["properties"]["id"] == {"type": "integer"}  # from the route
+    assert mappings["properties"]["in_stock"] == {"type": "boolean"}  # derived
+    assert mappings["properties"]["price"] == {"type": "double"}
