@@ -1,5 +1,7 @@
-"""Delta sink on real Delta files (deltalake): fencing, tombstones, TOAST merge, evolution."""
+"""Delta sink on real Delta files, through deltalake and (when its jars are present) delta-spark."""
 
+import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -7,8 +9,10 @@ import pytest
 from deltalake import DeltaTable
 
 from sync_jobs.events import Change, TableId, parse_record
+from sync_jobs.job.spark_session import PACKAGES_VAR, build_spark
 from sync_jobs.mapping import DeltaRoute, Policies, TableRoute
 from sync_jobs.sinks.delta import DeltaSink
+from sync_jobs.sinks.delta.spark_client import DeltaSparkWriter, delta_spark_available
 from tests.envelopes import (
     PRODUCT_FIELDS,
     UNAVAILABLE,
@@ -52,9 +56,44 @@ def rows(warehouse: Path) -> dict[int, dict[str, Any]]:
     return {r["id"]: r for r in table.to_pylist()}
 
 
+def delta_spark_jars_configured() -> bool:
+    """delta-spark needs its jars: from spark.jars.packages (Maven) or pyspark's jars folder."""
+    import pyspark
+
+    if "delta-spark" in os.environ.get(PACKAGES_VAR, ""):
+        return True
+    return any((Path(pyspark.__file__).parent / "jars").glob("delta-spark_*.jar"))
+
+
+@pytest.fixture(scope="module")
+def delta_spark_session() -> Iterator[Any]:
+    if not delta_spark_jars_configured():
+        pytest.skip(
+            "delta-spark path: the io.delta:delta-spark_2.13 jars are not on Spark's classpath "
+            f"(set {PACKAGES_VAR} with Maven access, or add the jars to pyspark/jars)"
+        )
+    spark = build_spark("test-delta-spark")
+    if not delta_spark_available(spark):
+        pytest.skip("delta-spark jars configured but io.delta.tables.DeltaTable does not load")
+    yield spark
+    spark.stop()
+
+
+@pytest.fixture(params=["deltalake", "delta-spark"])
+def writer_kind(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def make_sink(kind: str, warehouse: Path, request: pytest.FixtureRequest) -> DeltaSink:
+    if kind == "deltalake":
+        return DeltaSink(warehouse, tombstone_retention_seconds=3600)
+    spark = request.getfixturevalue("delta_spark_session")
+    return DeltaSink(warehouse, 3600, DeltaSparkWriter(spark, warehouse))
+
+
 @pytest.fixture
-def sink(tmp_path: Path) -> DeltaSink:
-    sink = DeltaSink(tmp_path, tombstone_retention_seconds=3600)
+def sink(writer_kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> DeltaSink:
+    sink = make_sink(writer_kind, tmp_path, request)
     sink.ensure_target(ROUTE, change("c", 1, 1, product(1)).schema)
     return sink
 
@@ -102,8 +141,10 @@ def test_added_column_evolves_the_table(sink: DeltaSink, tmp_path: Path) -> None
     assert rows(tmp_path)[1]["color"] == "red"
 
 
-def test_delete_before_the_table_exists_still_fences_a_later_stale_insert(tmp_path: Path) -> None:
-    fresh = DeltaSink(tmp_path, tombstone_retention_seconds=3600)  # no ensure_target yet
+def test_delete_before_the_table_exists_still_fences_a_later_stale_insert(
+    writer_kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    fresh = make_sink(writer_kind, tmp_path, request)  # no ensure_target yet
     result = fresh.apply(ROUTE, [change("d", 50, 7)])
     assert result.applied == 1 and not result.failures
     stale = change("c", 40, 7, product(7))

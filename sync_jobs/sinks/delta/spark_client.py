@@ -23,6 +23,8 @@ from sync_jobs.sinks.delta.target import (
     TOMBSTONE_DELETED_AT,
     TOMBSTONE_ID,
     TOMBSTONE_SCHEMA,
+    ensure_tombstones,
+    open_table,
     table_path,
     tombstone_path,
 )
@@ -51,6 +53,7 @@ class DeltaSparkWriter:
         q = spark_quote
         deleted = actions.deleted_ids
         stones_path = str(tombstone_path(self.warehouse, route))
+        ensure_tombstones(self.warehouse, route)  # a delete may come before any upsert
         if deleted:
             now = datetime.now(tz=UTC)
             stones = self.spark.createDataFrame(
@@ -82,8 +85,13 @@ class DeltaSparkWriter:
         fenced_count = fenced.count()
         live = source.join(fenced.select("_cdc_id"), on="_cdc_id", how="left_anti").drop("_cdc_id")
         plan = merge_plan(actions, q)
-        (
-            self._delta_table.forPath(self.spark, str(table_path(self.warehouse, route)))
+        target = table_path(self.warehouse, route)
+        upserts = sum(1 for c in actions.changes if not c.is_delete)
+        if open_table(target) is None and upserts == 0:
+            # Deletes of rows the table never held: the tombstones above are all there is to do.
+            return WriteResult(applied=len(actions.changes) - fenced_count, fenced=fenced_count)
+        metrics = (
+            self._delta_table.forPath(self.spark, str(target))
             .alias("t")
             .merge(live.alias("s"), plan.predicate)
             .whenMatchedDelete(condition=plan.delete_when)
@@ -91,7 +99,16 @@ class DeltaSparkWriter:
             .whenNotMatchedInsert(condition=plan.insert_when, values=_expressions(plan.inserts))
             .execute()
         )
-        return WriteResult(applied=len(actions.changes) - fenced_count, fenced=fenced_count)
+        # Delta 3+ answers the merge with one row of metrics; an equal-version re-apply changes
+        # nothing and counts as fenced, as with deltalake.
+        row = metrics.first() if metrics is not None else None
+        live_count = len(actions.changes) - fenced_count
+        if row is None:
+            return WriteResult(applied=live_count, fenced=fenced_count)
+        deletes = len(actions.changes) - upserts
+        missing_deletes = max(0, deletes - int(row["num_deleted_rows"]))
+        applied = min(live_count, int(row["num_affected_rows"]) + missing_deletes)
+        return WriteResult(applied=applied, fenced=fenced_count + live_count - applied)
 
 
 def _doc_id_column(actions: DeltaActions) -> Any:
