@@ -229,3 +229,22 @@ def test_unreachable_range_fails_naming_topic_partition_offset(kafka: Any) -> No
     read = consume_range(options, PartitionRange(topic, 0, 0, 10))
     with pytest.raises(KafkaRangeUnreachable, match=rf"topic '{topic}' partition 0: offset 3"):
         list(read)
+
+
+def test_builtin_kafka_source_reads_each_record_once_when_its_jar_is_present(
+    spark: SparkSession, kafka: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    if not builtin_kafka_available(spark):
+        pytest.skip(
+            "built-in kafka source: the org.apache.spark:spark-sql-kafka-0-10_2.13 jar is not "
+            "on Spark's classpath (set CDC_SYNC_SPARK_PACKAGES with Maven access)"
+        )
+    topic = f"bi{uuid.uuid4().hex[:8]}"
+    create_topics(kafka.bootstrap, [topic])
+    records = keyed_records([topic], 10, "bi")
+    produce(kafka, records)
+    with caplog.at_level(logging.INFO, logger="sync_jobs.source"):
+        stream = kafka_stream(spark, bootstrap=kafka.bootstrap, flavor=kafka.flavor, topics=[topic])
+    assert "cdc_kafka Python data source" not in caplog.text
+    collected = run_available_now(stream, tmp_path / "checkpoint")
+    assert_exactly(collected, expected_coordinates(records, {}))
