@@ -8,18 +8,16 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 
-from sync_jobs.events import Change, TableId, parse_record
+from sync_jobs.events import Change, TableId
 from sync_jobs.job.spark_session import PACKAGES_VAR, build_spark
 from sync_jobs.mapping import DeltaRoute, Policies, TableRoute
 from sync_jobs.sinks.delta import DeltaSink
 from sync_jobs.sinks.delta.spark_client import DeltaSparkWriter, delta_spark_available
+from tests.changes import change as routed_change
 from tests.envelopes import (
     PRODUCT_FIELDS,
     UNAVAILABLE,
-    coords,
-    envelope_bytes,
     field,
-    key_bytes,
     product,
 )
 
@@ -42,13 +40,7 @@ def change(
     after: dict[str, Any] | None = None,
     fields: list[dict[str, Any]] | None = None,
 ) -> Change:
-    parsed = parse_record(
-        key_bytes("products", {"id": key}),
-        envelope_bytes("products", op, lsn, after, fields=fields),
-        coords(lsn),
-    )
-    assert isinstance(parsed, Change)
-    return ROUTE.route(parsed)
+    return routed_change(ROUTE, op, lsn, key, after, fields)
 
 
 def rows(warehouse: Path) -> dict[int, dict[str, Any]]:
