@@ -1,17 +1,19 @@
-"""The e2e pipeline: a private database, topic prefix, Redis db, indices and warehouse per run."""
+"""E2E pipelines: each gets a private database, topic prefix, Redis db, indices and warehouse."""
 
 from __future__ import annotations
 
 import contextlib
 import urllib.error
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import pytest
 import redis
+from pyspark.sql import SparkSession
 
 from connectors.engine import CaptureEngine
 from sync_jobs.demo.workload import create_demo_schema
@@ -23,61 +25,52 @@ from tests.e2e.sinks_state import http_json
 from tests.fixtures.services import KafkaEndpoint
 
 CONNECTOR = Path("connectors/shop.json")
-E2E_REDIS_DB = 3
+SHOP_REDIS_DB = 3
 
 
-def _with_path(url: str, path: str) -> str:
-    parts = urlsplit(url)
-    return urlunsplit(parts._replace(path=path))
+def with_path(url: str, path: str) -> str:
+    return urlunsplit(urlsplit(url)._replace(path=path))
 
 
-@pytest.fixture(scope="session")
-def e2e_database(pg_url: str) -> Iterator[str]:
-    name = f"shop_e2e_{uuid.uuid4().hex[:8]}"
+@contextmanager
+def private_database(pg_url: str, prefix: str) -> Iterator[str]:
+    name = f"{prefix}_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(pg_url, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"'.encode())
-    url = _with_path(pg_url, f"/{name}")
-    yield url
-    with psycopg.connect(pg_url, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'.encode())
+    try:
+        yield with_path(pg_url, f"/{name}")
+    finally:
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'.encode())
 
 
 @pytest.fixture(scope="session")
-def pipeline(
-    e2e_database: str,
-    kafka: KafkaEndpoint,
-    search_url: str,
-    redis_url: str,
-    tmp_path_factory: pytest.TempPathFactory,
+def spark() -> Iterator[SparkSession]:
+    session = build_spark("cdc-sync-e2e")
+    yield session
+    session.stop()
+
+
+@contextmanager
+def running_pipeline(
+    spark: SparkSession,
+    mapping: MappingFile,
+    connections: Connections,
+    root: Path,
+    connector_overrides: Mapping[str, str],
 ) -> Iterator[SyncHarness]:
-    root = tmp_path_factory.mktemp("e2e")
-    prefix = f"e2e{uuid.uuid4().hex[:6]}"
-    connections = Connections(
-        pg_url=e2e_database,
-        kafka_bootstrap=kafka.bootstrap,
-        kafka_flavor=kafka.flavor,
-        search_url=search_url,
-        search_client="opensearch",
-        redis_url=_with_path(redis_url, f"/{E2E_REDIS_DB}"),
-        connect_url=None,
-        warehouse=str(root / "warehouse"),
-    )
-    mapping = e2e_mapping(prefix)
+    """Clean sinks, start capture (snapshot published), start the streaming job."""
     _clean_sinks(mapping, connections)
-    create_demo_schema(e2e_database)
-    capture = CaptureEngine.from_file(
-        CONNECTOR,
-        connections,
-        root / "capture",
-        overrides={
-            "topic.prefix": prefix,
-            "slot.name": f"{prefix}_slot",
-            "publication.name": f"{prefix}_pub",
-            "slot.drop.on.stop": "true",
-        },
-    )
+    prefix = mapping.topic_prefix
+    overrides = {
+        "topic.prefix": prefix,
+        "slot.name": f"{prefix}_slot",
+        "publication.name": f"{prefix}_pub",
+        "slot.drop.on.stop": "true",
+        **connector_overrides,
+    }
+    capture = CaptureEngine.from_file(CONNECTOR, connections, root / "capture", overrides)
     capture.start()
-    spark = build_spark("cdc-sync-e2e")
     harness = SyncHarness(spark, mapping, connections, root)
     try:
         capture.wait_ready(timeout_seconds=120)
@@ -86,7 +79,47 @@ def pipeline(
     finally:
         harness.stop()
         capture.stop()
-        spark.stop()
+
+
+def pipeline_connections(
+    database_url: str,
+    kafka: KafkaEndpoint,
+    search_url: str,
+    redis_url: str,
+    redis_db: int,
+    root: Path,
+) -> Connections:
+    return Connections(
+        pg_url=database_url,
+        kafka_bootstrap=kafka.bootstrap,
+        kafka_flavor=kafka.flavor,
+        search_url=search_url,
+        search_client="opensearch",
+        redis_url=with_path(redis_url, f"/{redis_db}"),
+        connect_url=None,
+        warehouse=str(root / "warehouse"),
+    )
+
+
+@pytest.fixture(scope="session")
+def pipeline(
+    spark: SparkSession,
+    pg_url: str,
+    kafka: KafkaEndpoint,
+    search_url: str,
+    redis_url: str,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[SyncHarness]:
+    """The demo shop schema with its seed rows, captured and synced for the whole session."""
+    root = tmp_path_factory.mktemp("e2e")
+    with private_database(pg_url, "shop_e2e") as database:
+        connections = pipeline_connections(
+            database, kafka, search_url, redis_url, SHOP_REDIS_DB, root
+        )
+        create_demo_schema(database)
+        mapping = e2e_mapping(f"e2e{uuid.uuid4().hex[:6]}")
+        with running_pipeline(spark, mapping, connections, root, {}) as harness:
+            yield harness
 
 
 def _clean_sinks(mapping: MappingFile, connections: Connections) -> None:

@@ -24,8 +24,8 @@ from sync_jobs.verify import Report, primary_key, verify_all
 MAPPING = Path("mappings/shop.yaml")
 
 
-def e2e_mapping(topic_prefix: str) -> MappingFile:
-    mapping = load_mapping(MAPPING)
+def e2e_mapping(topic_prefix: str, path: Path = MAPPING) -> MappingFile:
+    mapping = load_mapping(path)
     return dataclasses.replace(
         mapping, topic_prefix=topic_prefix, dead_letter_topic=f"{topic_prefix}.dead_letter"
     )
