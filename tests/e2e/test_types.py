@@ -11,10 +11,14 @@ from pathlib import Path
 import psycopg
 import pyarrow as pa
 import pytest
+from confluent_kafka import Consumer, TopicPartition
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
-from sync_jobs.events import TableId
+from connectors.config import load_connector
+from sync_jobs.events import Change, Coordinates, TableId, parse_record
+from sync_jobs.kafka_clients import consumer_config
+from sync_jobs.schema.catalog import ConverterModes, row_schema_from_catalog
 from sync_jobs.sinks.search.backends import connect
 from tests.e2e.conftest import pipeline_connections, private_database, running_pipeline
 from tests.e2e.harness import SyncHarness, e2e_mapping
@@ -25,6 +29,7 @@ pytestmark = pytest.mark.e2e
 TYPES_DIR = Path(__file__).parent / "types"
 TABLE = TableId("types", "all_types")
 TYPES_REDIS_DB = 4
+CONNECTOR_MODES = dict(load_connector(Path("connectors/shop.json")).config)
 MODES = {
     # name: connector overrides (Debezium's documented alternatives)
     "defaults": {},
@@ -79,7 +84,9 @@ def test_updates_of_every_type_converge(types_pipeline: SyncHarness) -> None:
     assert report.tables[0].source_count == 2
 
 
-def test_delta_types_are_exact_where_arrow_allows(types_pipeline: SyncHarness) -> None:
+def test_delta_types_are_exact_where_arrow_allows(
+    types_pipeline: SyncHarness, types_mode: str
+) -> None:
     types_pipeline.wait_converged(timeout_seconds=120)
     warehouse = Path(types_pipeline.connections.require("warehouse"))
     schema = pa.schema(DeltaTable(str(warehouse / "types" / "all_types")).schema().to_arrow())
@@ -87,11 +94,10 @@ def test_delta_types_are_exact_where_arrow_allows(types_pipeline: SyncHarness) -
     assert fields["c_int8"] == pa.int64() and fields["c_int2"] == pa.int16()
     assert str(fields["c_date"]) == "date32[day]"
     assert "timestamp" in str(fields["c_timestamptz"])
-    mode = _mode(types_pipeline)
-    if mode == "defaults":
+    if types_mode == "defaults":
         assert str(fields["c_numeric"]) == "decimal128(12, 3)"
         assert "binary" in str(fields["c_bytea"])
-    if mode == "decimal-double":
+    if types_mode == "decimal-double":
         assert fields["c_numeric"] == pa.float64()
 
 
@@ -109,5 +115,38 @@ def test_search_fields_get_a_mapping_per_type(types_pipeline: SyncHarness) -> No
     assert properties["c_uuid"]["type"] == "keyword"
 
 
-def _mode(harness: SyncHarness) -> str:
-    return str(harness.root.name.split("-", 1)[1]).rstrip("0123456789")
+@pytest.fixture
+def types_mode(request: pytest.FixtureRequest) -> str:
+    """The converter mode of the current `types_pipeline` parameter."""
+    return str(request.node.callspec.params["types_pipeline"])
+
+
+def test_catalog_schema_matches_what_debezium_sends(
+    types_pipeline: SyncHarness, types_mode: str
+) -> None:
+    """Records without Connect schemas get their types from the catalog: they must agree."""
+    connections = types_pipeline.connections
+    topic = f"{types_pipeline.mapping.topic_prefix}.{TABLE}"
+    consumer = Consumer(
+        consumer_config(
+            connections.require("kafka_bootstrap"), connections.kafka_flavor, f"t{uuid.uuid4()}"
+        )
+    )
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        message = consumer.poll(30)
+    finally:
+        consumer.close()
+    assert message is not None and message.value() is not None
+    parsed = parse_record(message.key(), message.value(), Coordinates(topic, 0, 0))
+    assert isinstance(parsed, Change) and parsed.schema is not None
+    modes = ConverterModes.from_connector(CONNECTOR_MODES | MODES[types_mode])
+    with psycopg.connect(connections.require("pg_url")) as conn:
+        from_catalog = row_schema_from_catalog(conn, TABLE, modes)
+    from_debezium = {c.name: c.type for c in parsed.schema.columns}
+    mismatched = {
+        c.name: (str(c.type), str(from_debezium.get(c.name)))
+        for c in from_catalog.columns
+        if from_debezium.get(c.name) != c.type
+    }
+    assert not mismatched
