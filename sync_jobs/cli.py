@@ -74,6 +74,28 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 0 if report.converged else 1
 
 
+def cmd_mappings_validate(args: argparse.Namespace) -> int:
+    import psycopg
+
+    from connectors.config import load_connector
+    from sync_jobs.mapping import load_mapping
+    from sync_jobs.mapping_check import format_findings, live_search_fields, validate_mapping
+
+    mapping = load_mapping(Path(args.mapping))
+    connector_path = Path(args.connector) if args.connector else mapping.connector
+    connector = load_connector(connector_path) if connector_path else None
+    connections = _connections(args)
+    live = live_search_fields(connections.search_url, mapping) if connections.search_url else {}
+    with psycopg.connect(connections.require("pg_url")) as conn:
+        findings = validate_mapping(mapping, conn, connector, live)
+    if findings:
+        print(format_findings(findings), file=sys.stderr)
+        print(f"{len(findings)} problem(s) in {mapping.path}", file=sys.stderr)
+        return 1
+    print(f"{mapping.path}: {len(mapping.tables)} tables routed; all checks passed")
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from sync_jobs.demo import run_demo
 
@@ -116,6 +138,17 @@ def build_parser() -> argparse.ArgumentParser:
     verify = sub.add_parser("verify", help="compare every sink with the source tables")
     verify.add_argument("--mapping", required=True)
     verify.set_defaults(handler=cmd_verify)
+
+    mappings = sub.add_parser("mappings", help="mapping file tools")
+    mappings_sub = mappings.add_subparsers(dest="mappings_command", required=True)
+    validate = mappings_sub.add_parser(
+        "validate", help="check a mapping against the live catalog and search mappings"
+    )
+    validate.add_argument("--mapping", required=True)
+    validate.add_argument(
+        "--connector", help="connector JSON (default: the mapping's source.connector)"
+    )
+    validate.set_defaults(handler=cmd_mappings_validate)
 
     demo = sub.add_parser("demo", help="local stack + demo schema + capture + sync + workload")
     demo.add_argument("--broker", default=None, help="tansu | noida (default: the stack's)")

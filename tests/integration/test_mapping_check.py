@@ -1,0 +1,89 @@
+"""`cdc-sync mappings validate` against a real Postgres catalog."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+import pytest
+
+from connectors.config import load_connector
+from sync_jobs.cli import main
+from sync_jobs.demo.workload import create_demo_schema
+from sync_jobs.mapping import load_mapping
+from sync_jobs.mapping_check import validate_mapping
+
+pytestmark = pytest.mark.integration
+SHOP = Path("mappings/shop.yaml")
+BAD_MAPPING = """
+version: 1
+source: {topic_prefix: cdc}
+tables:
+  shop.customers:
+    columns: [id, email, nickname]
+    rename: {missing_column: x}
+    search:
+      index: c
+      mapping: {properties: {email: {type: long}, id: {type: long}, ghost: {type: keyword}}}
+  shop.products: {}
+  shop.orders: {}
+  shop.nowhere: {}
+  shop.no_pk: {}
+ignore: [shop.order_lines]
+"""
+
+
+@pytest.fixture
+def database(pg_url: str) -> Iterator[str]:
+    name = f"check_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"'.encode())
+    url = urlunsplit(urlsplit(pg_url)._replace(path=f"/{name}"))
+    create_demo_schema(url, seed_rows=False)
+    yield url
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)'.encode())
+
+
+def test_the_demo_mapping_passes(database: str) -> None:
+    mapping = load_mapping(SHOP)
+    with psycopg.connect(database) as conn:
+        assert validate_mapping(mapping, conn, load_connector(Path("connectors/shop.json"))) == []
+
+
+def test_problems_name_the_file_and_field_path(database: str, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(BAD_MAPPING)
+    with psycopg.connect(database, autocommit=True) as conn:
+        conn.execute("CREATE TABLE shop.no_pk (a int)")
+        conn.execute("CREATE TABLE shop.unrouted (id int PRIMARY KEY, g point)")
+        connector = load_connector(Path("connectors/shop.json"))
+        connector = type(connector)(
+            connector.path, connector.name, dict(connector.config) | {"table.include.list": ""}
+        )
+        findings = [str(f) for f in validate_mapping(load_mapping(bad), conn, connector)]
+    expected = [
+        "tables: captured table shop.unrouted is neither routed nor ignored",
+        "tables.shop.customers.columns: no column 'nickname'",
+        "tables.shop.customers.rename.missing_column: no column 'missing_column'",
+        "tables.shop.customers.search.mapping.properties.email: type 'long' cannot hold a string",
+        "tables.shop.customers.search.mapping.properties.ghost: no such routed column",
+        "tables.shop.nowhere: table shop.nowhere does not exist",
+        "tables.shop.no_pk: shop.no_pk has no primary key",
+    ]
+    for text in expected:
+        assert any(f.startswith(str(bad)) and text in f for f in findings), (text, findings)
+    assert len(findings) == len(expected), findings
+
+
+def test_cli_exit_code(database: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("CDC_SYNC_STATE_DIR", str(tmp_path))
+    monkeypatch.setenv("CDC_SYNC_PG_URL", database)
+    monkeypatch.delenv("CDC_SYNC_SEARCH_URL", raising=False)
+    assert main(["mappings", "validate", "--mapping", str(SHOP)]) == 0
+    with psycopg.connect(database, autocommit=True) as conn:
+        conn.execute("ALTER TABLE shop.products ADD COLUMN location point")
+    assert main(["mappings", "validate", "--mapping", str(SHOP)]) == 1
