@@ -1,10 +1,13 @@
 """Schema changes seen in the stream, handled by the per-mapping `on_schema_change` policy.
 
 - evolve: new columns are added to the targets (Delta column, search field) without a restart;
-  a dropped column stays in the targets (older rows keep their values, newer rows hold null).
+  a dropped column stays in the targets (older rows keep their values, newer rows hold null);
+  a widened type (int2 -> int4 -> int8, float4 -> float8, a numeric gaining precision at the same
+  scale) widens the targets. A rename arrives as a dropped column plus an added one.
 - ignore: the targets keep the schema first seen; new columns are left out of every write.
 - fail: the batch fails with an error naming the table, the columns and the setting.
-A changed column type is never applied silently: it fails under every policy but `ignore`.
+Any other type change (narrowing, int -> text, ...) is never applied silently: it fails under
+every policy but `ignore`.
 """
 
 from __future__ import annotations
@@ -14,7 +17,14 @@ from dataclasses import dataclass
 
 from sync_jobs.events import Change, TableId
 from sync_jobs.mapping import MappingFile, OnSchemaChange, TableRoute
-from sync_jobs.schema import RowSchema
+from sync_jobs.schema import RowSchema, TypeKind
+
+WIDENINGS = {
+    (TypeKind.INT16, TypeKind.INT32),
+    (TypeKind.INT16, TypeKind.INT64),
+    (TypeKind.INT32, TypeKind.INT64),
+    (TypeKind.FLOAT32, TypeKind.FLOAT64),
+}
 
 
 class SchemaChangeRejected(RuntimeError):
@@ -55,13 +65,15 @@ class SchemaTracker:
             return SchemaState(known, False)
         policy = route.policies.on_schema_change
         added, dropped, retyped = _diff(known, incoming)
+        if policy is OnSchemaChange.EVOLVE:
+            retyped = [name for name in retyped if not _widens(known, incoming, name)]
         if policy is OnSchemaChange.IGNORE:
             return SchemaState(known, False, frozenset(c.name for c in known.columns))
         if retyped or policy is OnSchemaChange.FAIL:
             raise SchemaChangeRejected(
                 f"schema of {table} changed (added {added or '-'}, dropped {dropped or '-'}, "
                 f"type changed {retyped or '-'}); "
-                + ("a column type change is not applied automatically; " if retyped else "")
+                + ("a narrowing or incompatible type change is not applied; " if retyped else "")
                 + f"set {self.mapping.setting_path(table, 'on_schema_change')} to choose "
                 "(fail | evolve | ignore)"
             )
@@ -81,6 +93,18 @@ def _diff(old: RowSchema, new: RowSchema) -> tuple[list[str], list[str], list[st
         if name in old_types and _comparable(old_types[name]) != _comparable(new_types[name])
     ]
     return added, dropped, retyped
+
+
+def _widens(old: RowSchema, new: RowSchema, name: str) -> bool:
+    before, after = old.column(name).type, new.column(name).type
+    if (before.kind, after.kind) in WIDENINGS:
+        return True
+    return (
+        before.kind is after.kind is TypeKind.DECIMAL
+        and before.scale is not None
+        and before.scale == after.scale
+        and (after.precision or 0) >= (before.precision or 0)
+    )
 
 
 def _comparable(column_type: object) -> object:

@@ -8,8 +8,9 @@ from sync_jobs.schema.types import ColumnType, TypeKind
 
 _MAPPINGS: dict[TypeKind, dict[str, Any]] = {
     TypeKind.BOOLEAN: {"type": "boolean"},
-    TypeKind.INT16: {"type": "short"},
-    TypeKind.INT32: {"type": "integer"},
+    # Every integer is a long: a widened column (int4 -> int8) then needs no reindex.
+    TypeKind.INT16: {"type": "long"},
+    TypeKind.INT32: {"type": "long"},
     TypeKind.INT64: {"type": "long"},
     TypeKind.FLOAT32: {"type": "float"},
     TypeKind.FLOAT64: {"type": "double"},

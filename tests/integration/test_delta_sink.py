@@ -5,6 +5,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
@@ -143,3 +144,18 @@ def test_delete_before_the_table_exists_still_fences_a_later_stale_insert(
     fresh.ensure_target(ROUTE, stale.schema)
     assert fresh.apply(ROUTE, [stale]).fenced == 1
     assert 7 not in rows(tmp_path)
+
+
+def test_widened_column_rewrites_the_table_and_keeps_rows(sink: DeltaSink, tmp_path: Path) -> None:
+    narrow = [*PRODUCT_FIELDS, field("stock", "int32")]
+    first = change("c", 10, 1, product(1) | {"stock": 7}, fields=narrow)
+    sink.ensure_target(ROUTE, first.schema)
+    sink.apply(ROUTE, [first])
+    wide = [*PRODUCT_FIELDS, field("stock", "int64")]
+    big = change("c", 11, 2, product(2) | {"stock": 2**40}, fields=wide)
+    sink.ensure_target(ROUTE, big.schema)
+    sink.apply(ROUTE, [big])
+    stored = rows(tmp_path)
+    assert (stored[1]["stock"], stored[2]["stock"]) == (7, 2**40)
+    table = DeltaTable(str(tmp_path / "shop" / "products"))
+    assert str(pa.schema(table.schema().to_arrow()).field("stock").type) == "int64"

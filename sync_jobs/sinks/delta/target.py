@@ -6,7 +6,7 @@ import logging
 from pathlib import Path
 
 import pyarrow as pa
-from deltalake import DeltaTable, Field
+from deltalake import DeltaTable, Field, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 
 from sync_jobs.mapping import DeltaRoute
@@ -64,13 +64,50 @@ def ensure_table(warehouse: Path, route: DeltaRoute, row_schema: pa.Schema) -> l
         log.info("created Delta table %s.%s at %s", route.schema, route.table, path)
         ensure_tombstones(warehouse, route)
         return list(wanted.names)
-    existing = set(table.schema().to_arrow().names)
-    added = [f for f in wanted if f.name not in existing]
+    current = pa.schema(table.schema().to_arrow())
+    widened = [f for f in wanted if f.name in current.names and _widens(current.field(f.name), f)]
+    if widened:
+        table = _rewrite_widened(path, table, widened)
+        current = pa.schema(table.schema().to_arrow())
+    added = [f for f in wanted if f.name not in current.names]
     if added:
         table.alter.add_columns([Field.from_arrow(f) for f in added])
         log.info("added columns %s to Delta table %s", [f.name for f in added], path)
     ensure_tombstones(warehouse, route)
     return [f.name for f in added]
+
+
+def _widens(current: pa.Field, wanted: pa.Field) -> bool:
+    """Integer and float widenings, and decimals gaining precision at the same scale."""
+    a, b = current.type, wanted.type
+    if a == b:
+        return False
+    if pa.types.is_integer(a) and pa.types.is_integer(b):
+        return bool(b.bit_width > a.bit_width)
+    if pa.types.is_floating(a) and pa.types.is_floating(b):
+        return bool(b.bit_width > a.bit_width)
+    if pa.types.is_decimal(a) and pa.types.is_decimal(b):
+        return bool(b.scale == a.scale and b.precision > a.precision)
+    return False
+
+
+def _rewrite_widened(path: Path, table: DeltaTable, widened: list[pa.Field]) -> DeltaTable:
+    """Delta (delta-rs) cannot change a column type in place: rewrite the table with the wider
+    types, as one new version (older versions stay readable by time travel). Costs a full
+    rewrite, which a type widening in the source is rare enough to afford."""
+    data = table.to_pyarrow_table()
+    for wanted in widened:
+        index = data.schema.get_field_index(wanted.name)
+        data = data.set_column(
+            index, wanted.with_nullable(True), data[wanted.name].cast(wanted.type)
+        )
+    write_deltalake(str(path), data, mode="overwrite", schema_mode="overwrite")
+    log.warning(
+        "widened columns %s of Delta table %s (table rewritten)",
+        [f"{f.name}: {f.type}" for f in widened],
+        path,
+    )
+    return DeltaTable(str(path))
 
 
 def ensure_tombstones(warehouse: Path, route: DeltaRoute) -> None:
