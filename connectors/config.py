@@ -26,8 +26,6 @@ REQUIRED = {
     "plugin.name": "pgoutput",
     "key.converter": JSON_CONVERTER,
     "value.converter": JSON_CONVERTER,
-    "key.converter.schemas.enable": "true",
-    "value.converter.schemas.enable": "true",
 }
 PRESENT = ("topic.prefix", "slot.name", "publication.name", "database.dbname")
 
@@ -74,6 +72,17 @@ def load_connector(path: Path) -> ConnectorFile:
             raise ConfigError(
                 path, f"config.{key}", f"must be {wanted!r} (got {config.get(key)!r})"
             )
+    # With schemas the records describe themselves; without, the job reads the catalog
+    # (mapping `source.schemas: catalog`). Key and value must agree either way.
+    key_schemas = config.get("key.converter.schemas.enable", "true")
+    if key_schemas not in ("true", "false"):
+        raise ConfigError(path, "config.key.converter.schemas.enable", "must be true or false")
+    if config.get("value.converter.schemas.enable", "true") != key_schemas:
+        raise ConfigError(
+            path,
+            "config.value.converter.schemas.enable",
+            f"must equal key.converter.schemas.enable ({key_schemas})",
+        )
     for key in PRESENT:
         if not config.get(key):
             raise ConfigError(path, f"config.{key}", "is required")

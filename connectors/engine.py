@@ -128,7 +128,9 @@ class CaptureEngine:
         if self._snapshot_done.is_set() or record.value is None:
             return
         try:
-            source = json.loads(record.value).get("payload", {}).get("source", {})
+            doc = json.loads(record.value)
+            # With schemas the envelope sits under `payload`; without, it is the document.
+            source = doc.get("payload", doc).get("source", {})
         except (ValueError, AttributeError):
             return
         # Debezium marks the snapshot's final record "last"; streamed changes say "false".

@@ -12,7 +12,7 @@ carry the snapshot's LSN, so a newer streamed change always wins over a snapshot
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -85,6 +85,17 @@ class Tombstone:
     coordinates: Coordinates
 
 
+@dataclass(frozen=True)
+class KnownSchema:
+    """A table's key and row schemas, for records that carry none (schemas.enable=false)."""
+
+    key: RowSchema
+    row: RowSchema
+
+
+KnownSchemas = Mapping[TableId, KnownSchema]
+
+
 class MalformedRecord(ValueError):
     """A record that cannot be parsed; `field` is the JSON path that failed."""
 
@@ -101,9 +112,15 @@ def document_id(key: tuple[tuple[str, Any], ...]) -> str:
 
 
 def parse_record(
-    key: bytes | None, value: bytes | None, coordinates: Coordinates
+    key: bytes | None,
+    value: bytes | None,
+    coordinates: Coordinates,
+    known: KnownSchemas | None = None,
 ) -> Change | Tombstone:
-    """Parse one Kafka record written by Debezium's JsonConverter (schemas.enable=true)."""
+    """Parse one Kafka record written by Debezium's JsonConverter: with schemas.enable=true,
+    or, when `known` schemas are given, without (plain JSON key and envelope)."""
+    if known is not None:
+        return _parse_schemaless(key, value, coordinates, known)
     key_doc = _load_json(key, coordinates, "key")
     if key_doc is None:
         raise MalformedRecord(
@@ -116,6 +133,29 @@ def parse_record(
             table=table_from_topic(coordinates), key=key_tuple, coordinates=coordinates
         )
     return _parse_envelope(value_doc, key_tuple, coordinates)
+
+
+def _parse_schemaless(
+    key: bytes | None, value: bytes | None, coordinates: Coordinates, known: KnownSchemas
+) -> Change | Tombstone:
+    table = table_from_topic(coordinates)
+    schema = known.get(table)
+    if schema is None:
+        raise MalformedRecord(coordinates, "topic", f"no catalog schema for {table}")
+    key_doc = _load_json(key, coordinates, "key")
+    if not isinstance(key_doc, dict) or not key_doc:
+        raise MalformedRecord(coordinates, "key", "expected a JSON object of the key columns")
+    try:
+        converted = convert_row(schema.key, key_doc)
+    except ValueError as exc:
+        raise MalformedRecord(coordinates, "key", str(exc)) from exc
+    key_tuple = tuple((column.name, converted[column.name]) for column in schema.key.columns)
+    value_doc = _load_json(value, coordinates, "value")
+    if value_doc is None:
+        return Tombstone(table=table, key=key_tuple, coordinates=coordinates)
+    if not isinstance(value_doc, dict):
+        raise MalformedRecord(coordinates, "value", "expected a JSON object (the envelope)")
+    return _parse_payload(value_doc, key_tuple, coordinates, lambda: schema.row, "value")
 
 
 def table_from_topic(coordinates: Coordinates) -> TableId:
@@ -160,30 +200,43 @@ def _parse_envelope(doc: Any, key: tuple[tuple[str, Any], ...], coordinates: Coo
     schema, payload = _payload(doc, coordinates, "value")
     if not isinstance(payload, dict):
         raise MalformedRecord(coordinates, "value.payload", "expected a struct")
+    return _parse_payload(
+        payload, key, coordinates, lambda: _after_schema(schema, coordinates), "value.payload"
+    )
+
+
+def _parse_payload(
+    payload: dict[str, Any],
+    key: tuple[tuple[str, Any], ...],
+    coordinates: Coordinates,
+    row_schema_of: Callable[[], RowSchema],
+    where: str,
+) -> Change:
+    """The envelope fields (op, source, after), wherever the row schema comes from."""
     try:
         op = Op(str(payload.get("op")))
     except ValueError as exc:
         raise MalformedRecord(
-            coordinates, "value.payload.op", f"unknown op {payload.get('op')!r}"
+            coordinates, f"{where}.op", f"unknown op {payload.get('op')!r}"
         ) from exc
     source = payload.get("source")
     if not isinstance(source, dict):
-        raise MalformedRecord(coordinates, "value.payload.source", "missing")
+        raise MalformedRecord(coordinates, f"{where}.source", "missing")
     version = source.get("lsn")
     if not isinstance(version, int) or isinstance(version, bool) or version < 0:
-        raise MalformedRecord(coordinates, "value.payload.source.lsn", "missing or not an LSN")
+        raise MalformedRecord(coordinates, f"{where}.source.lsn", "missing or not an LSN")
     table = _table_from_source(source, coordinates)
     ts_ms = source.get("ts_ms") if isinstance(source.get("ts_ms"), int) else None
     if op is Op.DELETE:
         return Change(table, key, op, version, None, coordinates, ts_ms)
     after = payload.get("after")
     if not isinstance(after, dict):
-        raise MalformedRecord(coordinates, "value.payload.after", f"missing for op {op.value!r}")
-    row_schema = _after_schema(schema, coordinates)
+        raise MalformedRecord(coordinates, f"{where}.after", f"missing for op {op.value!r}")
+    row_schema = row_schema_of()
     try:
         row = convert_row(row_schema, after)
     except ValueError as exc:
-        raise MalformedRecord(coordinates, "value.payload.after", str(exc)) from exc
+        raise MalformedRecord(coordinates, f"{where}.after", str(exc)) from exc
     unavailable = frozenset(name for name, value in after.items() if _is_unavailable(value))
     # Unchanged TOAST values are left out of the row: sinks merge them with what they hold.
     stored = {name: value for name, value in row.items() if name not in unavailable}

@@ -29,6 +29,11 @@ class OnMalformed(StrEnum):
     DEAD_LETTER = "dead_letter"
 
 
+class SchemaSource(StrEnum):
+    ENVELOPE = "envelope"  # JsonConverter schemas.enable=true: each record carries its schema
+    CATALOG = "catalog"  # schemas.enable=false: types read from the Postgres catalog at start
+
+
 class OnSchemaChange(StrEnum):
     FAIL = "fail"
     EVOLVE = "evolve"
@@ -115,6 +120,7 @@ class MappingFile:
     tables: Mapping[TableId, TableRoute]
     ignored: frozenset[TableId]
     default_policies: Policies = Policies()
+    schema_source: SchemaSource = SchemaSource.ENVELOPE
 
     def route_for(self, table: TableId) -> TableRoute | None:
         return self.tables.get(table)
@@ -165,8 +171,12 @@ def load_mapping(path: Path) -> MappingFile:
         raise root.error("version", "only version 1 is supported")
 
     source = root.child("source")
-    source.reject_unknown(("topic_prefix", "connector"))
+    source.reject_unknown(("topic_prefix", "connector", "schemas"))
     connector = source.optional_str("connector")
+    schemas_raw = source.str_("schemas", SchemaSource.ENVELOPE.value)
+    if schemas_raw not in {s.value for s in SchemaSource}:
+        raise source.error("schemas", "expected one of envelope, catalog")
+    schema_source = SchemaSource(schemas_raw)
 
     defaults = root.child("defaults")
     defaults.reject_unknown((*_POLICY_ENUMS, "cache_prefix", "tombstone_retention_seconds"))
@@ -198,6 +208,7 @@ def load_mapping(path: Path) -> MappingFile:
         tables=routes,
         ignored=ignored,
         default_policies=default_policies,
+        schema_source=schema_source,
     )
 
 

@@ -19,6 +19,7 @@ from sync_jobs.compaction import fold
 from sync_jobs.events import (
     Change,
     Coordinates,
+    KnownSchemas,
     MalformedRecord,
     Tombstone,
     parse_record,
@@ -56,7 +57,11 @@ DECODED_DDL = (
 
 
 def _decode_row(
-    key: bytes | None, value: bytes | None, coords: Coordinates, seen: set[str]
+    key: bytes | None,
+    value: bytes | None,
+    coords: Coordinates,
+    seen: set[str],
+    known: KnownSchemas | None,
 ) -> dict[str, object]:
     row: dict[str, object] = {
         "topic": coords.topic,
@@ -64,7 +69,7 @@ def _decode_row(
         "offset": coords.offset,
     }
     try:
-        parsed = parse_record(key, value, coords)
+        parsed = parse_record(key, value, coords, known)
     except MalformedRecord as exc:
         # The raw bytes travel on so the dead-letter entry loses nothing.
         return row | {
@@ -105,12 +110,15 @@ def _change_columns(change: Change, seen: set[str]) -> dict[str, object]:
     return columns
 
 
-def decode_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+def decode_batches(
+    batches: Iterator[pa.RecordBatch], known: KnownSchemas | None = None
+) -> Iterator[pa.RecordBatch]:
+    """`known`: catalog schemas when records carry none (mapping `source.schemas: catalog`)."""
     seen: set[str] = set()
     for batch in batches:
         data = batch.to_pydict()
         rows = [
-            _decode_row(key, value, Coordinates(topic, int(partition), int(offset)), seen)
+            _decode_row(key, value, Coordinates(topic, int(partition), int(offset)), seen, known)
             for key, value, topic, partition, offset in zip(
                 data["key"],
                 data["value"],

@@ -9,10 +9,11 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
+from sync_jobs.events import KnownSchemas
 from sync_jobs.job.applier import BatchApplier
 from sync_jobs.job.dead_letter import DeadLetterWriter
 from sync_jobs.job.stream import MicroBatchProcessor
-from sync_jobs.mapping import MappingFile
+from sync_jobs.mapping import MappingFile, SchemaSource
 from sync_jobs.settings import Connections, state_dir
 from sync_jobs.sinks.base import Sink
 from sync_jobs.sinks.delta import DeltaSink
@@ -68,6 +69,21 @@ def build_sinks(
     return sinks
 
 
+def catalog_schemas(mapping: MappingFile, connections: Connections) -> KnownSchemas | None:
+    """With `source.schemas: catalog`, the routed tables' schemas, read once from Postgres, as
+    the mapping's connector encodes them (its decimal/binary/time modes)."""
+    if mapping.schema_source is not SchemaSource.CATALOG:
+        return None
+    import psycopg
+
+    from connectors.config import load_connector
+    from sync_jobs.schema.catalog import ConverterModes, known_schemas
+
+    config = load_connector(mapping.connector).config if mapping.connector else {}
+    with psycopg.connect(connections.require("pg_url")) as conn:
+        return known_schemas(conn, mapping.tables, ConverterModes.from_connector(config))
+
+
 class SyncJob:
     def __init__(
         self,
@@ -88,7 +104,9 @@ class SyncJob:
         )
         self.applier = BatchApplier(mapping, self.sinks, self.dead_letters)
         self.processor = MicroBatchProcessor(
-            self.applier, int(spark.conf.get("spark.sql.shuffle.partitions") or 2)
+            self.applier,
+            int(spark.conf.get("spark.sql.shuffle.partitions") or 2),
+            catalog_schemas(mapping, connections),
         )
 
     def start(self, available_now: bool = False) -> StreamingQuery:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import pickle
+from functools import partial
 from typing import Any
 
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame
 
-from sync_jobs.events import Coordinates, TableId
+from sync_jobs.events import Coordinates, KnownSchemas, TableId
 from sync_jobs.job.applier import BatchApplier, BatchMetrics, Rejected
 from sync_jobs.job.decode import (
     DECODED_DDL,
@@ -23,16 +24,19 @@ from sync_jobs.schema import RowSchema
 class MicroBatchProcessor:
     """`foreachBatch` callable: offsets commit only if this returns without raising."""
 
-    def __init__(self, applier: BatchApplier, partitions: int = 2) -> None:
+    def __init__(
+        self, applier: BatchApplier, partitions: int = 2, known: KnownSchemas | None = None
+    ) -> None:
         self.applier = applier
         self.partitions = partitions
+        self.known = known  # catalog schemas for records without one; shipped to executors
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         self.process(batch, batch_id)
 
     def process(self, batch: DataFrame, batch_id: int) -> BatchMetrics:
         decoded = batch.select("key", "value", "topic", "partition", "offset").mapInArrow(
-            decode_batches, DECODED_DDL
+            partial(decode_batches, known=self.known), DECODED_DDL
         )
         decoded = decoded.persist(StorageLevel.MEMORY_AND_DISK)
         try:

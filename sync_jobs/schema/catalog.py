@@ -7,13 +7,13 @@ validate`. The connector's `decimal.handling.mode`, `binary.handling.mode`,
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 
-from sync_jobs.events import TableId
+from sync_jobs.events import KnownSchema, TableId
 from sync_jobs.schema.types import Column, ColumnType, RowSchema, SchemaConversionError, TypeKind
 
 _SIMPLE: dict[str, TypeKind] = {
@@ -153,3 +153,35 @@ def _temporal(name: str, typmod: int, modes: ConverterModes, optional: bool) -> 
         return ColumnType(kind, optional, unit="us")
     # adaptive: milliseconds up to precision 3, microseconds up to 6
     return ColumnType(kind, optional, unit="ms" if precision <= 3 else "us")
+
+
+def primary_key_columns(conn: psycopg.Connection[Any], table: TableId) -> list[str]:
+    rows = conn.execute(
+        """
+        SELECT a.attname FROM pg_index i
+        JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey)
+        WHERE i.indrelid = %s::regclass AND i.indisprimary
+        ORDER BY array_position(i.indkey::int2[], a.attnum)
+        """,
+        (f'"{table.schema}"."{table.table}"',),
+    ).fetchall()
+    return [row[0] for row in rows]
+
+
+def known_schemas(
+    conn: psycopg.Connection[Any], tables: Iterable[TableId], modes: ConverterModes
+) -> dict[TableId, KnownSchema]:
+    """Key and row schemas per table, read once (records without schemas are parsed by them).
+
+    The trade-off: a column added later is not seen until the job restarts and reads the
+    catalog again; until then its values are left out of every sink.
+    """
+    schemas: dict[TableId, KnownSchema] = {}
+    for table in tables:
+        row = row_schema_from_catalog(conn, table, modes)
+        key_names = primary_key_columns(conn, table)
+        if not key_names:
+            raise SchemaConversionError(f"{table}: no primary key to key its records by")
+        key = RowSchema(tuple(row.column(name) for name in key_names))
+        schemas[table] = KnownSchema(key=key, row=row)
+    return schemas

@@ -1,3 +1,4 @@
+import json
 from decimal import Decimal
 
 import pytest
@@ -93,3 +94,27 @@ def test_malformed_records_name_the_failing_field(
         parse_record(key, value, coords(9))
     assert raised.value.field_path == field_path
     assert "cdc.shop.products[0]@9" in str(raised.value)
+
+
+def test_records_without_schemas_parse_with_catalog_schemas() -> None:
+    from sync_jobs.events import KnownSchema
+    from sync_jobs.schema import Column, ColumnType, RowSchema, TypeKind
+
+    id_column = Column("id", ColumnType(TypeKind.INT32, optional=False))
+    row = RowSchema(
+        (id_column, Column("price", ColumnType(TypeKind.DECIMAL, scale=2, precision=10)))
+    )
+    known = {TableId("shop", "products"): KnownSchema(key=RowSchema((id_column,)), row=row)}
+    envelope = {
+        "op": "u",
+        "after": {"id": 7, "price": "MC0="},  # 123.33 as Connect's base64 unscaled bytes
+        "source": {"lsn": 42, "schema": "shop", "table": "products", "ts_ms": 1},
+    }
+    parsed = parse_record(b'{"id": 7}', json.dumps(envelope).encode(), coords(1), known)
+    assert isinstance(parsed, Change)
+    assert parsed.key == (("id", 7),) and parsed.version == 42
+    assert parsed.row == {"id": 7, "price": Decimal("123.33")}
+    tombstone = parse_record(b'{"id": 7}', None, coords(2), known)
+    assert isinstance(tombstone, Tombstone)
+    with pytest.raises(MalformedRecord, match="no catalog schema"):
+        parse_record(b'{"id": 7}', b"{}", coords(3, topic="cdc.shop.unknown"), known)
