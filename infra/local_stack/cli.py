@@ -24,10 +24,15 @@ def stack_main(argv: list[str]) -> int:
         if os.environ.get(KAFKA_FLAVOR) in ("tansu", "noida")
         else "tansu",
     )
+    parser.add_argument(
+        "--no-connect",
+        action="store_true",
+        help="skip the Kafka Connect worker (capture with the embedded engine instead)",
+    )
     args = parser.parse_args(argv)
     root = Path(args.dir) if args.dir else state_dir() / "stack"
     env_file = Path(args.env_file) if args.env_file else default_env_file()
-    stack = LocalStack(root, args.broker)
+    stack = LocalStack(root, args.broker, with_connect=not args.no_connect)
     if args.action == "up":
         try:
             urls = stack.start()

@@ -8,7 +8,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,7 +31,13 @@ class Started:
     log: Path
 
 
-def spawn(name: str, argv: Sequence[str], log: Path, user: str | None = None) -> int:
+def spawn(
+    name: str,
+    argv: Sequence[str],
+    log: Path,
+    user: str | None = None,
+    env: Mapping[str, str] | None = None,
+) -> int:
     """Start `argv` in its own session (so stopping it stops its children), output to `log`."""
     log.parent.mkdir(parents=True, exist_ok=True)
     command = list(argv)
@@ -44,6 +50,7 @@ def spawn(name: str, argv: Sequence[str], log: Path, user: str | None = None) ->
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
+            env=dict(env) if env is not None else None,
         )
     return process.pid
 

@@ -11,6 +11,7 @@ import logging
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from infra.local_stack.connect import start_connect
 from infra.local_stack.postgres import start_postgres, stop_postgres
 from infra.local_stack.process import Started, alive, stop_pid
 from infra.local_stack.services import start_broker, start_redis, start_search
@@ -26,9 +27,11 @@ class StackUrls:
     kafka_flavor: str
     search_url: str
     redis_url: str
+    connect_url: str | None = None
 
     def env(self, warehouse: Path) -> dict[str, str]:
-        return {
+        connect = {settings.CONNECT_URL: self.connect_url} if self.connect_url else {}
+        return connect | {
             settings.PG_URL: self.pg_url,
             settings.KAFKA_BOOTSTRAP: self.kafka_bootstrap,
             settings.KAFKA_FLAVOR: self.kafka_flavor,
@@ -40,9 +43,10 @@ class StackUrls:
 
 
 class LocalStack:
-    def __init__(self, root: Path, broker: str = "tansu") -> None:
+    def __init__(self, root: Path, broker: str = "tansu", with_connect: bool = True) -> None:
         self.root = root
         self.broker = broker
+        self.with_connect = with_connect
         self.record = root / "pids.json"
 
     def started(self) -> list[Started]:
@@ -58,12 +62,14 @@ class LocalStack:
     def urls(self) -> StackUrls:
         by_name = {s.name: s for s in self.started()}
         broker = next(s for s in by_name.values() if s.name in ("tansu", "noida"))
+        connect = by_name.get("connect")
         return StackUrls(
             by_name["postgres"].url,
             broker.url,
             broker.name,
             by_name["search"].url,
             by_name["redis"].url,
+            connect.url if connect else None,
         )
 
     def start(self) -> StackUrls:
@@ -74,12 +80,19 @@ class LocalStack:
         self.root.mkdir(parents=True, exist_ok=True)
         started: list[Started] = []
         try:
-            for start in (
+            steps = [
                 lambda: start_postgres(self.root / "postgres"),
                 lambda: start_broker(self.root, self.broker),
                 lambda: start_search(self.root),
                 lambda: start_redis(self.root),
-            ):
+            ]
+            if self.with_connect:
+                steps.append(
+                    lambda: start_connect(
+                        self.root / "connect", started[1].url, self.broker, started[0].url
+                    )
+                )
+            for start in steps:
                 started.append(start())
                 self._save(started)
         except BaseException:

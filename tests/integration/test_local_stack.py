@@ -81,7 +81,8 @@ def test_stack_up_status_down_stops_exactly_what_it_started(
         assert values["CDC_SYNC_KAFKA_FLAVOR"] in ("tansu", "noida")
         assert values["CDC_SYNC_PG_URL"].startswith("postgresql://cdc_admin@127.0.0.1:")
         pids = [s.pid for s in LocalStack(root).started()]
-        assert len(pids) == 4 and all(alive(pid) for pid in pids)
+        assert len(pids) == 5 and all(alive(pid) for pid in pids)  # with the Connect worker
+        assert values["CDC_SYNC_CONNECT_URL"].startswith("http://127.0.0.1:")
         assert stack_main(["status", *common]) == 0
         assert stack_main(["up", *common]) == 0  # already up: reused, nothing new started
         assert [s.pid for s in LocalStack(root).started()] == pids
