@@ -34,6 +34,14 @@ CREATE TABLE IF NOT EXISTS shop.orders (
     internal_note text
 );
 
+-- Debezium's signal table (connector `signal.data.collection`): `cdc-sync connectors snapshot`
+-- inserts incremental-snapshot requests here. It must exist before the publication is created.
+CREATE TABLE IF NOT EXISTS shop.cdc_sync_signal (
+    id    varchar(64) PRIMARY KEY,
+    type  varchar(32) NOT NULL,
+    data  varchar(2048)
+);
+
 CREATE TABLE IF NOT EXISTS shop.order_lines (
     order_id    bigint NOT NULL REFERENCES shop.orders (id) ON DELETE CASCADE,
     line_no     integer NOT NULL,

@@ -122,6 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("stack", help="local stack: up | down | status (see `stack --help`)")
     sub.add_parser("capture", help="run a connector JSON in the embedded Debezium engine")
+    sub.add_parser("connectors", help="Kafka Connect operations (see `connectors --help`)")
 
     run = sub.add_parser("run", help="run the Spark sync job for a mapping file")
     run.add_argument("--mapping", required=True)
@@ -160,7 +161,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-PASSTHROUGH = {"stack": cmd_stack, "capture": cmd_capture}
+def cmd_connectors(args: argparse.Namespace, rest: list[str]) -> int:
+    from connectors.ops import connectors_main
+
+    return connectors_main(rest)
+
+
+PASSTHROUGH = {"stack": cmd_stack, "capture": cmd_capture, "connectors": cmd_connectors}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -223,6 +223,8 @@ def _parse_payload(
     if not isinstance(source, dict):
         raise MalformedRecord(coordinates, f"{where}.source", "missing")
     version = source.get("lsn")
+    if version is None and source.get("snapshot") == "incremental":
+        version = _incremental_snapshot_position(source)
     if not isinstance(version, int) or isinstance(version, bool) or version < 0:
         raise MalformedRecord(coordinates, f"{where}.source.lsn", "missing or not an LSN")
     table = _table_from_source(source, coordinates)
@@ -241,6 +243,17 @@ def _parse_payload(
     # Unchanged TOAST values are left out of the row: sinks merge them with what they hold.
     stored = {name: value for name, value in row.items() if name not in unavailable}
     return Change(table, key, op, version, stored, coordinates, ts_ms, unavailable, row_schema)
+
+
+def _incremental_snapshot_position(source: Mapping[str, Any]) -> int | None:
+    """Incremental-snapshot rows carry no `lsn`; `sequence` holds [last commit LSN, current LSN]
+    as strings. The current LSN orders the row after every change it reflects; changes to the
+    same key during the chunk's window are de-duplicated by Debezium itself."""
+    try:
+        positions = json.loads(source.get("sequence") or "null")
+        return int(next(p for p in reversed(positions) if p is not None))
+    except (TypeError, ValueError, StopIteration):
+        return None
 
 
 def _is_unavailable(value: Any) -> bool:

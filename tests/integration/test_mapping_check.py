@@ -32,7 +32,7 @@ tables:
   shop.orders: {}
   shop.nowhere: {}
   shop.no_pk: {}
-ignore: [shop.order_lines]
+ignore: [shop.order_lines, shop.cdc_sync_signal]
 """
 
 

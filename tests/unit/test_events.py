@@ -118,3 +118,16 @@ def test_records_without_schemas_parse_with_catalog_schemas() -> None:
     assert isinstance(tombstone, Tombstone)
     with pytest.raises(MalformedRecord, match="no catalog schema"):
         parse_record(b'{"id": 7}', b"{}", coords(3, topic="cdc.shop.unknown"), known)
+
+
+def test_incremental_snapshot_rows_take_their_version_from_the_sequence() -> None:
+    envelope = json.loads(envelope_bytes("products", "r", 0, product(1)))
+    source = envelope["payload"]["source"]
+    source.update(lsn=None, snapshot="incremental", sequence='["30855900","30855944"]')
+    parsed = parse_record(
+        key_bytes("products", {"id": 1}), json.dumps(envelope).encode(), coords(1)
+    )
+    assert isinstance(parsed, Change) and parsed.version == 30855944
+    source.update(sequence=None)
+    with pytest.raises(MalformedRecord, match="lsn"):
+        parse_record(key_bytes("products", {"id": 1}), json.dumps(envelope).encode(), coords(2))

@@ -1,0 +1,203 @@
+"""`cdc-sync connectors` against a real Kafka Connect worker with the Debezium Postgres plugin."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+from connectors.ops import connectors_main, wait_running
+from connectors.rest import ConnectClient, ConnectError
+from sync_jobs.demo.workload import create_demo_schema
+from sync_jobs.events import Change, Coordinates, parse_record
+from sync_jobs.kafka_clients import consumer_config
+from sync_jobs.settings import write_env_file
+from tests.fixtures.services import KafkaEndpoint
+
+pytestmark = pytest.mark.integration
+SHOP = "connectors/shop.json"
+
+
+@pytest.fixture
+def database(pg_url: str) -> Iterator[str]:
+    name = f"ops_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"'.encode())
+    url = urlunsplit(urlsplit(pg_url)._replace(path=f"/{name}"))
+    create_demo_schema(url)
+    yield url
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        # Slots of connectors a failed test left behind would block the drop.
+        for (slot,) in conn.execute(
+            "SELECT slot_name FROM pg_replication_slots WHERE database = %s", (name,)
+        ).fetchall():
+            _drop_slot(pg_url, slot)
+        conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)'.encode())
+
+
+@pytest.fixture
+def env_file(tmp_path: Path, database: str, kafka: KafkaEndpoint, connect_url: str) -> Path:
+    path = tmp_path / "stack.env"
+    values = {
+        "CDC_SYNC_PG_URL": database,
+        "CDC_SYNC_KAFKA_BOOTSTRAP": kafka.bootstrap,
+        "CDC_SYNC_KAFKA_FLAVOR": kafka.flavor,
+        "CDC_SYNC_CONNECT_URL": connect_url,
+    }
+    write_env_file(path, values)
+    return path
+
+
+def private(database: str) -> list[str]:
+    """Settings that point the shop connector at this test's database, slot and topics."""
+    prefix = f"ops{uuid.uuid4().hex[:6]}"
+    dbname = urlsplit(database).path.lstrip("/")
+    pairs = {
+        "name": prefix,
+        "database.dbname": dbname,
+        "topic.prefix": prefix,
+        "slot.name": prefix,
+        "publication.name": prefix,
+    }
+    return [arg for key, value in pairs.items() for arg in ("--set", f"{key}={value}")]
+
+
+def run(env_file: Path, *args: str) -> int:
+    return connectors_main(["--env-file", str(env_file), *args])
+
+
+def test_validate_passes_the_demo_connector_and_names_bad_settings(
+    env_file: Path, database: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run(env_file, "validate", "--connector", SHOP, "--mapping", "mappings/shop.yaml") == 0
+    out = capsys.readouterr().out
+    assert "0 error(s)" in out
+    assert "warning: database.user" in out  # the local stack connects as a superuser
+    bad = ["--set", "publication.name=dbz_publication", "--set", "heartbeat.interval.ms=0"]
+    assert run(env_file, "validate", "--connector", SHOP, *bad) == 1
+    out = capsys.readouterr().out
+    assert "error: publication.name" in out and "error: heartbeat.interval.ms" in out
+
+
+def test_apply_status_pause_resume_restart_offsets_delete(
+    env_file: Path, database: str, connect_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    settings = private(database)
+    name = settings[1].split("=", 1)[1]
+    client = ConnectClient(connect_url)
+    assert run(env_file, "apply", "--connector", SHOP, *settings) == 0
+    assert "create" in capsys.readouterr().out
+    wait_running(client, name)
+    assert run(env_file, "apply", "--connector", SHOP, *settings) == 0
+    assert "up to date" in capsys.readouterr().out
+    changed = [*settings, "--set", "heartbeat.interval.ms=5000"]
+    assert run(env_file, "apply", "--connector", SHOP, *changed) == 0
+    assert "~ heartbeat.interval.ms: 10000 -> 5000" in capsys.readouterr().out
+    wait_running(client, name)
+    assert run(env_file, "pause", "--name", name) == 0
+    _wait_state(client, name, "PAUSED")
+    assert run(env_file, "resume", "--name", name) == 0
+    _wait_state(client, name, "RUNNING")
+    assert run(env_file, "restart", "--name", name) == 0
+    wait_running(client, name)
+    assert run(env_file, "status", "--name", name) == 0
+    assert f"connector {name}: RUNNING" in capsys.readouterr().out
+    deadline = time.monotonic() + 30
+    while not client.offsets(name).get("offsets"):
+        assert time.monotonic() < deadline, "no source offsets committed"
+        time.sleep(0.5)
+    assert run(env_file, "slots") == 0
+    assert name in capsys.readouterr().out
+    assert run(env_file, "delete", "--name", name) == 0
+    deadline = time.monotonic() + 30
+    while name in client.connectors():  # deletion completes asynchronously
+        assert time.monotonic() < deadline, "connector not deleted"
+        time.sleep(0.3)
+    with pytest.raises(ConnectError) as gone:
+        client.config(name) or client.status(name)
+    assert gone.value.status == 404
+    _drop_slot(database, name)
+
+
+def test_incremental_snapshot_of_one_table_while_streaming(
+    env_file: Path, database: str, connect_url: str, kafka: KafkaEndpoint
+) -> None:
+    settings = private(database)
+    name = settings[1].split("=", 1)[1]
+    client = ConnectClient(connect_url)
+    assert run(env_file, "apply", "--connector", SHOP, *settings) == 0
+    try:
+        wait_running(client, name)
+        topic = f"{name}.shop.products"
+        before = _records(kafka, topic, at_least=3)
+        assert (
+            run(env_file, "snapshot", "--connector", SHOP, *settings, "--table", "shop.products")
+            == 0
+        )
+        after = _records(kafka, topic, at_least=len(before) + 3)
+        snapshot_rows = [parse_record(*r) for r in after[len(before) :]]
+        sources = [json.loads(r[1])["payload"]["source"]["snapshot"] for r in after[len(before) :]]
+        assert all(isinstance(c, Change) for c in snapshot_rows)
+        assert "incremental" in sources
+    finally:
+        client.delete(name)
+        _drop_slot(database, name)
+
+
+def _wait_state(client: ConnectClient, name: str, state: str) -> None:
+    deadline = time.monotonic() + 30
+    while client.status(name)["connector"]["state"] != state:
+        assert time.monotonic() < deadline, f"connector never became {state}"
+        time.sleep(0.3)
+
+
+def _records(
+    kafka: KafkaEndpoint, topic: str, at_least: int, timeout: float = 60
+) -> list[tuple[bytes | None, bytes, Coordinates]]:
+    deadline = time.monotonic() + timeout
+    while True:
+        consumer = Consumer(consumer_config(kafka.bootstrap, kafka.flavor, f"t{uuid.uuid4()}"))
+        try:
+            high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=5)[1]
+            records: list[tuple[bytes | None, bytes, Coordinates]] = []
+            if high >= at_least:
+                consumer.assign([TopicPartition(topic, 0, 0)])
+                while len(records) < high:
+                    message = consumer.poll(10)
+                    assert message is not None
+                    value = message.value()
+                    if value is not None:
+                        coordinates = Coordinates(topic, 0, message.offset() or 0)
+                        records.append((message.key(), value, coordinates))
+                    else:
+                        high -= 1  # tombstones do not count
+                return records
+        finally:
+            consumer.close()
+        assert time.monotonic() < deadline, f"{topic}: fewer than {at_least} records"
+        time.sleep(0.5)
+
+
+def _drop_slot(database: str, slot: str) -> None:
+    """A deleted connector's task may hold its slot a little longer: end that session first."""
+    deadline = time.monotonic() + 30
+    with psycopg.connect(database, autocommit=True) as conn:
+        while time.monotonic() < deadline:
+            row = conn.execute(
+                "SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s", (slot,)
+            ).fetchone()
+            if row is None:
+                return
+            if row[0] is not None:
+                conn.execute("SELECT pg_terminate_backend(%s)", (row[0],))
+                time.sleep(0.5)
+                continue
+            conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+            return
