@@ -18,12 +18,14 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from connectors.checks import run_checks
 from connectors.config import ConnectorFile, load_connector, pg_env_from_url
 from connectors.rest import ConnectClient, ConnectError
 from connectors.signals import request_snapshot
 from connectors.slots import format_slots, list_slots
+from sync_jobs.kafka_clients import consumer_config
 from sync_jobs.settings import Connections
 
 SECRET_MARKERS = ("password", "secret", "token", "key.pass")
@@ -176,6 +178,29 @@ def wait_running(client: ConnectClient, name: str, timeout: float = 60.0) -> dic
         if time.monotonic() > deadline:
             raise TimeoutError("\n".join(describe_status(status)))
         time.sleep(0.5)
+
+
+def wait_for_topics(connections: Connections, topics: list[str], timeout: float = 120) -> None:
+    """Until every topic holds records (the snapshot arrived)."""
+    consumer = Consumer(
+        consumer_config(
+            connections.require("kafka_bootstrap"), connections.kafka_flavor, "cdc-sync-wait"
+        )
+    )
+    deadline = time.monotonic() + timeout
+    try:
+        for topic in topics:
+            while True:
+                try:
+                    high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=5)[1]
+                except KafkaException:
+                    high = 0  # not created yet
+                if high > 0:
+                    break
+                assert time.monotonic() < deadline, f"no snapshot records on {topic}"
+                time.sleep(0.3)
+    finally:
+        consumer.close()
 
 
 def connectors_main(argv: list[str]) -> int:

@@ -32,6 +32,7 @@ class DemoServices:
         self.query: StreamingQuery | None = None
         self.connections: Connections | None = None
         self.started_stack = False
+        self.connector: tuple[Any, str] | None = None  # (ConnectClient, name) when on a worker
 
     def up(self) -> Connections:
         """Start the local stack (or reuse one already up) and write its settings file."""
@@ -49,14 +50,29 @@ class DemoServices:
         self.connections = Connections.load()
         return self.connections
 
-    def start_capture(self, connector: Path) -> None:
+    def start_capture(self, connector: Path, mapping: MappingFile) -> str:
+        """The stack's Kafka Connect worker runs the connector when there is one; else the
+        embedded engine. Returns which."""
+        assert self.connections is not None
+        if self.connections.connect_url:
+            from connectors.config import load_connector
+            from connectors.ops import wait_for_topics, wait_running, wanted_config
+            from connectors.rest import ConnectClient
+
+            file = load_connector(connector)
+            client = ConnectClient(self.connections.connect_url)
+            client.put_config(file.name, wanted_config(file, {}))
+            wait_running(client, file.name, timeout=120)
+            wait_for_topics(self.connections, mapping.topics())
+            self.connector = (client, file.name)
+            return "Kafka Connect worker"
         from connectors.engine import CaptureEngine
 
-        assert self.connections is not None
         state = state_dir() / "capture" / connector.stem
         self.capture = CaptureEngine.from_file(connector, self.connections, state)
         self.capture.start()
         self.capture.wait_ready(timeout_seconds=120)
+        return "embedded Debezium engine"
 
     def start_sync(self, mapping: MappingFile) -> None:
         assert self.connections is not None
@@ -69,6 +85,11 @@ class DemoServices:
         )
         self.job = SyncJob(self.spark, mapping, self.connections, options)
         self.query = self.job.start()
+
+    def _delete_connector(self) -> None:
+        assert self.connector is not None
+        client, name = self.connector
+        client.delete(name)
 
     def raise_if_failed(self) -> None:
         if self.query is not None and self.query.exception() is not None:
@@ -88,6 +109,13 @@ class DemoServices:
             ("sinks", self.job.close if self.job else None),
             ("spark", self.spark.stop if self.spark else None),
             ("capture", self.capture.stop if self.capture else None),
+            # On a stack the demo started, the connector goes with it; otherwise it stays.
+            (
+                "connector",
+                self._delete_connector
+                if (self.connector and stop_stack and self.started_stack)
+                else None,
+            ),
             # A stack that was up before the demo is left as it was.
             (
                 "local stack",

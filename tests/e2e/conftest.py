@@ -15,7 +15,10 @@ import pytest
 import redis
 from pyspark.sql import SparkSession
 
+from connectors.config import load_connector
 from connectors.engine import CaptureEngine
+from connectors.ops import wait_for_topics, wait_running, wanted_config
+from connectors.rest import ConnectClient
 from sync_jobs.demo.workload import create_demo_schema
 from sync_jobs.job.spark_session import build_spark
 from sync_jobs.mapping import MappingFile
@@ -23,6 +26,7 @@ from sync_jobs.settings import Connections
 from tests.e2e.harness import SyncHarness, e2e_mapping
 from tests.e2e.sinks_state import http_json
 from tests.fixtures.services import KafkaEndpoint
+from tests.pg import drop_slot
 
 CONNECTOR = Path("connectors/shop.json")
 SHOP_REDIS_DB = 3
@@ -58,27 +62,65 @@ def running_pipeline(
     connections: Connections,
     root: Path,
     connector_overrides: Mapping[str, str],
+    connect_url: str | None = None,
 ) -> Iterator[SyncHarness]:
-    """Clean sinks, start capture (snapshot published), start the streaming job."""
+    """Clean sinks, start capture (embedded engine, or the connector registered on a Kafka
+    Connect worker when `connect_url` is given), wait for the snapshot, start the job."""
     _clean_sinks(mapping, connections)
     prefix = mapping.topic_prefix
     overrides = {
         "topic.prefix": prefix,
         "slot.name": f"{prefix}_slot",
         "publication.name": f"{prefix}_pub",
-        "slot.drop.on.stop": "true",
         **connector_overrides,
     }
-    capture = CaptureEngine.from_file(CONNECTOR, connections, root / "capture", overrides)
-    capture.start()
     harness = SyncHarness(spark, mapping, connections, root)
+    capture = (
+        _worker_capture(connect_url, connections, mapping, overrides)
+        if connect_url
+        else _embedded_capture(connections, root, overrides)
+    )
+    with capture:
+        harness.start()
+        try:
+            yield harness
+        finally:
+            harness.stop()
+
+
+@contextmanager
+def _embedded_capture(
+    connections: Connections, root: Path, overrides: Mapping[str, str]
+) -> Iterator[None]:
+    settings = {**overrides, "slot.drop.on.stop": "true"}
+    capture = CaptureEngine.from_file(CONNECTOR, connections, root / "capture", settings)
+    capture.start()
     try:
         capture.wait_ready(timeout_seconds=120)
-        harness.start()
-        yield harness
+        yield
     finally:
-        harness.stop()
         capture.stop()
+
+
+@contextmanager
+def _worker_capture(
+    connect_url: str, connections: Connections, mapping: MappingFile, overrides: Mapping[str, str]
+) -> Iterator[None]:
+    """The same connector file, registered over REST; the database is this pipeline's own."""
+    name = mapping.topic_prefix
+    database = urlsplit(connections.require("pg_url")).path.lstrip("/")
+    config = wanted_config(
+        load_connector(CONNECTOR), {**overrides, "name": name, "database.dbname": database}
+    )
+    client = ConnectClient(connect_url)
+    client.put_config(name, config)
+    try:
+        wait_running(client, name)
+        wait_for_topics(connections, [f"{mapping.topic_prefix}.{t}" for t in mapping.tables])
+        yield
+    finally:
+        client.delete(name)
+        drop_slot(connections.require("pg_url"), overrides["slot.name"])
 
 
 def pipeline_connections(
@@ -101,8 +143,12 @@ def pipeline_connections(
     )
 
 
-@pytest.fixture(scope="session")
+CAPTURE_PATHS = ["embedded", "connect"]
+
+
+@pytest.fixture(scope="session", params=CAPTURE_PATHS)
 def pipeline(
+    request: pytest.FixtureRequest,
     spark: SparkSession,
     pg_url: str,
     kafka: KafkaEndpoint,
@@ -110,15 +156,17 @@ def pipeline(
     redis_url: str,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[SyncHarness]:
-    """The demo shop schema with its seed rows, captured and synced for the whole session."""
-    root = tmp_path_factory.mktemp("e2e")
+    """The demo shop schema with its seed rows, captured (by the embedded engine, then by a
+    Kafka Connect worker) and synced for the whole session."""
+    connect_url = request.getfixturevalue("connect_url") if request.param == "connect" else None
+    root = tmp_path_factory.mktemp(f"e2e-{request.param}")
     with private_database(pg_url, "shop_e2e") as database:
         connections = pipeline_connections(
             database, kafka, search_url, redis_url, SHOP_REDIS_DB, root
         )
         create_demo_schema(database)
         mapping = e2e_mapping(f"e2e{uuid.uuid4().hex[:6]}")
-        with running_pipeline(spark, mapping, connections, root, {}) as harness:
+        with running_pipeline(spark, mapping, connections, root, {}, connect_url) as harness:
             yield harness
 
 

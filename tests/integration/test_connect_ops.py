@@ -20,6 +20,7 @@ from sync_jobs.events import Change, Coordinates, parse_record
 from sync_jobs.kafka_clients import consumer_config
 from sync_jobs.settings import write_env_file
 from tests.fixtures.services import KafkaEndpoint
+from tests.pg import drop_slot
 
 pytestmark = pytest.mark.integration
 SHOP = "connectors/shop.json"
@@ -38,7 +39,7 @@ def database(pg_url: str) -> Iterator[str]:
         for (slot,) in conn.execute(
             "SELECT slot_name FROM pg_replication_slots WHERE database = %s", (name,)
         ).fetchall():
-            _drop_slot(pg_url, slot)
+            drop_slot(pg_url, slot)
         conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)'.encode())
 
 
@@ -123,7 +124,7 @@ def test_apply_status_pause_resume_restart_offsets_delete(
     with pytest.raises(ConnectError) as gone:
         client.config(name) or client.status(name)
     assert gone.value.status == 404
-    _drop_slot(database, name)
+    drop_slot(database, name)
 
 
 def test_incremental_snapshot_of_one_table_while_streaming(
@@ -148,7 +149,7 @@ def test_incremental_snapshot_of_one_table_while_streaming(
         assert "incremental" in sources
     finally:
         client.delete(name)
-        _drop_slot(database, name)
+        drop_slot(database, name)
 
 
 def _wait_state(client: ConnectClient, name: str, state: str) -> None:
@@ -183,21 +184,3 @@ def _records(
             consumer.close()
         assert time.monotonic() < deadline, f"{topic}: fewer than {at_least} records"
         time.sleep(0.5)
-
-
-def _drop_slot(database: str, slot: str) -> None:
-    """A deleted connector's task may hold its slot a little longer: end that session first."""
-    deadline = time.monotonic() + 30
-    with psycopg.connect(database, autocommit=True) as conn:
-        while time.monotonic() < deadline:
-            row = conn.execute(
-                "SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s", (slot,)
-            ).fetchone()
-            if row is None:
-                return
-            if row[0] is not None:
-                conn.execute("SELECT pg_terminate_backend(%s)", (row[0],))
-                time.sleep(0.5)
-                continue
-            conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
-            return
