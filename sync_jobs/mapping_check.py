@@ -22,7 +22,7 @@ from connectors.config import ConnectorFile
 from sync_jobs.events import TableId
 from sync_jobs.mapping import MappingFile, TableRoute
 from sync_jobs.schema import ColumnType, RowSchema, SchemaConversionError, TypeKind
-from sync_jobs.schema.catalog import ConverterModes, row_schema_from_catalog
+from sync_jobs.schema.catalog import ConverterModes, primary_key_columns, row_schema_from_catalog
 
 NUMBER_FIELDS = {
     "long",
@@ -123,7 +123,7 @@ def _check_table(
     if exists is None or exists[0] is None:
         return [Finding(path, f"table {table} does not exist in the source database")]
     findings: list[Finding] = []
-    if not _primary_key(conn, table):
+    if not primary_key_columns(conn, table):
         findings.append(Finding(path, f"{table} has no primary key (sinks key rows by it)"))
     try:
         schema = row_schema_from_catalog(conn, table, modes)
@@ -181,14 +181,6 @@ def _compatible(column_type: ColumnType) -> set[str]:
     if column_type.kind is TypeKind.ARRAY and column_type.element is not None:
         return _compatible(column_type.element)
     return COMPATIBLE[column_type.kind]
-
-
-def _primary_key(conn: psycopg.Connection[Any], table: TableId) -> bool:
-    row = conn.execute(
-        "SELECT 1 FROM pg_index WHERE indrelid = %s::regclass AND indisprimary",
-        (f'"{table.schema}"."{table.table}"',),
-    ).fetchone()
-    return row is not None
 
 
 def _patterns(value: str | None) -> list[re.Pattern[str]]:

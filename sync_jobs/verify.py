@@ -27,6 +27,7 @@ from psycopg.adapt import Loader
 
 from sync_jobs.events import KEY_SEPARATOR, TableId
 from sync_jobs.mapping import MappingFile, TableRoute
+from sync_jobs.schema.catalog import primary_key_columns
 from sync_jobs.settings import Connections
 
 Rows = dict[str, dict[str, Any]]  # doc id -> canonical row
@@ -172,17 +173,7 @@ def doc_id(values: Iterable[Any]) -> str:
     return KEY_SEPARATOR.join(str(v) for v in values)
 
 
-def primary_key(conn: psycopg.Connection[Any], table: TableId) -> list[str]:
-    rows = conn.execute(
-        """
-        SELECT a.attname FROM pg_index i
-        JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey)
-        WHERE i.indrelid = %s::regclass AND i.indisprimary
-        ORDER BY array_position(i.indkey::int2[], a.attnum)
-        """,
-        (f'"{table.schema}"."{table.table}"',),
-    ).fetchall()
-    return [r[0] for r in rows]
+primary_key = primary_key_columns
 
 
 def source_rows(conn: psycopg.Connection[Any], route: TableRoute) -> Rows:

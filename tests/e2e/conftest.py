@@ -10,7 +10,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
-import psycopg
 import pytest
 import redis
 from pyspark.sql import SparkSession
@@ -26,7 +25,7 @@ from sync_jobs.settings import Connections
 from tests.e2e.harness import SyncHarness, e2e_mapping
 from tests.e2e.sinks_state import http_json
 from tests.fixtures.services import KafkaEndpoint
-from tests.pg import drop_slot
+from tests.pg import drop_slot, private_database
 
 CONNECTOR = Path("connectors/shop.json")
 SHOP_REDIS_DB = 3
@@ -34,18 +33,6 @@ SHOP_REDIS_DB = 3
 
 def with_path(url: str, path: str) -> str:
     return urlunsplit(urlsplit(url)._replace(path=path))
-
-
-@contextmanager
-def private_database(pg_url: str, prefix: str) -> Iterator[str]:
-    name = f"{prefix}_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(pg_url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"'.encode())
-    try:
-        yield with_path(pg_url, f"/{name}")
-    finally:
-        with psycopg.connect(pg_url, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'.encode())
 
 
 @pytest.fixture(scope="session")

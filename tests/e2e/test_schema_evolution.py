@@ -25,9 +25,10 @@ from sync_jobs.demo.workload import create_demo_schema
 from sync_jobs.events import TableId
 from sync_jobs.mapping import MappingFile, OnSchemaChange, Policies, SearchRoute
 from sync_jobs.sinks.search.backends import connect
-from tests.e2e.conftest import pipeline_connections, private_database, running_pipeline
+from tests.e2e.conftest import pipeline_connections, running_pipeline
 from tests.e2e.harness import SyncHarness, e2e_mapping
 from tests.fixtures.services import KafkaEndpoint
+from tests.pg import private_database
 
 pytestmark = pytest.mark.e2e
 CUSTOMERS = TableId("shop", "customers")

@@ -22,9 +22,10 @@ from sync_jobs.kafka_clients import consumer_config
 from sync_jobs.mapping import SchemaSource
 from sync_jobs.schema.catalog import ConverterModes, row_schema_from_catalog
 from sync_jobs.sinks.search.backends import connect
-from tests.e2e.conftest import pipeline_connections, private_database, running_pipeline
+from tests.e2e.conftest import pipeline_connections, running_pipeline
 from tests.e2e.harness import SyncHarness, e2e_mapping
 from tests.fixtures.services import KafkaEndpoint
+from tests.pg import private_database
 
 pytestmark = pytest.mark.e2e
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import pytest
@@ -19,6 +18,7 @@ from sync_jobs.events import Change, Coordinates, Op, Tombstone, parse_record
 from sync_jobs.kafka_clients import consumer_config
 from sync_jobs.settings import Connections
 from tests.fixtures.services import KafkaEndpoint
+from tests.pg import private_database
 
 pytestmark = pytest.mark.integration
 CONNECTOR = Path("connectors/shop.json")
@@ -28,14 +28,9 @@ Record = tuple[bytes | None, bytes | None, Coordinates]
 
 @pytest.fixture
 def database(pg_url: str) -> Iterator[str]:
-    name = f"capture_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(pg_url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"'.encode())
-    url = urlunsplit(urlsplit(pg_url)._replace(path=f"/{name}"))
-    create_demo_schema(url)
-    yield url
-    with psycopg.connect(pg_url, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)'.encode())
+    with private_database(pg_url, "capture") as url:
+        create_demo_schema(url)
+        yield url
 
 
 def engine(url: str, kafka: KafkaEndpoint, state: Path, prefix: str) -> CaptureEngine:

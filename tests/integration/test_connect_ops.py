@@ -7,9 +7,8 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
-import psycopg
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
@@ -20,7 +19,7 @@ from sync_jobs.events import Change, Coordinates, parse_record
 from sync_jobs.kafka_clients import consumer_config
 from sync_jobs.settings import write_env_file
 from tests.fixtures.services import KafkaEndpoint
-from tests.pg import drop_slot
+from tests.pg import drop_slot, private_database
 
 pytestmark = pytest.mark.integration
 SHOP = "connectors/shop.json"
@@ -28,19 +27,9 @@ SHOP = "connectors/shop.json"
 
 @pytest.fixture
 def database(pg_url: str) -> Iterator[str]:
-    name = f"ops_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(pg_url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"'.encode())
-    url = urlunsplit(urlsplit(pg_url)._replace(path=f"/{name}"))
-    create_demo_schema(url)
-    yield url
-    with psycopg.connect(pg_url, autocommit=True) as conn:
-        # Slots of connectors a failed test left behind would block the drop.
-        for (slot,) in conn.execute(
-            "SELECT slot_name FROM pg_replication_slots WHERE database = %s", (name,)
-        ).fetchall():
-            drop_slot(pg_url, slot)
-        conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)'.encode())
+    with private_database(pg_url, "ops") as url:
+        create_demo_schema(url)
+        yield url
 
 
 @pytest.fixture

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import pytest
@@ -15,6 +13,7 @@ from sync_jobs.cli import main
 from sync_jobs.demo.workload import create_demo_schema
 from sync_jobs.mapping import load_mapping
 from sync_jobs.mapping_check import validate_mapping
+from tests.pg import private_database
 
 pytestmark = pytest.mark.integration
 SHOP = Path("mappings/shop.yaml")
@@ -38,14 +37,9 @@ ignore: [shop.order_lines, shop.cdc_sync_signal]
 
 @pytest.fixture
 def database(pg_url: str) -> Iterator[str]:
-    name = f"check_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(pg_url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"'.encode())
-    url = urlunsplit(urlsplit(pg_url)._replace(path=f"/{name}"))
-    create_demo_schema(url, seed_rows=False)
-    yield url
-    with psycopg.connect(pg_url, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)'.encode())
+    with private_database(pg_url, "check") as url:
+        create_demo_schema(url, seed_rows=False)
+        yield url
 
 
 def test_the_demo_mapping_passes(database: str) -> None:
