@@ -29,6 +29,7 @@ class JobOptions:
     warehouse: Path
     trigger_seconds: float = 1.0
     max_offsets_per_trigger: int | None = None
+    query_name: str | None = None  # default cdc-sync-<mapping>; unique among active queries
 
     @classmethod
     def defaults(cls, mapping: MappingFile, connections: Connections) -> JobOptions:
@@ -121,7 +122,9 @@ class SyncJob:
             max_offsets_per_trigger=self.options.max_offsets_per_trigger,
         )
         writer = (
-            stream.writeStream.queryName(f"cdc-sync-{self.mapping.path.stem}")
+            stream.writeStream.queryName(
+                self.options.query_name or f"cdc-sync-{self.mapping.path.stem}"
+            )
             .foreachBatch(self.processor)
             .option("checkpointLocation", str(self.options.checkpoint_dir))
         )

@@ -47,6 +47,7 @@ class SyncHarness:
             checkpoint_dir=self.root / "checkpoints" / checkpoint,
             warehouse=Path(self.connections.require("warehouse")),
             trigger_seconds=0.5,
+            query_name=f"cdc-sync-{self.mapping.topic_prefix}-{checkpoint}",
         )
 
     def start(self, checkpoint: str = "main") -> None:
