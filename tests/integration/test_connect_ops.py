@@ -12,13 +12,14 @@ from urllib.parse import urlsplit
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from connectors.ops import connectors_main, wait_running
+from connectors.config import load_connector
+from connectors.ops import connectors_main, wait_running, wanted_config
 from connectors.rest import ConnectClient, ConnectError
 from sync_jobs.demo.workload import create_demo_schema
 from sync_jobs.events import Change, Coordinates, parse_record
 from sync_jobs.kafka_clients import consumer_config
 from sync_jobs.settings import write_env_file
-from tests.fixtures.services import KafkaEndpoint
+from tests.fixtures.services import KafkaEndpoint, docker_available
 from tests.pg import drop_slot, private_database
 
 pytestmark = pytest.mark.integration
@@ -173,3 +174,80 @@ def _records(
             consumer.close()
         assert time.monotonic() < deadline, f"{topic}: fewer than {at_least} records"
         time.sleep(0.5)
+
+
+def test_the_connector_runs_on_the_debezium_connect_image() -> None:
+    """The production image (compose) runs the same file: checked where Docker exists."""
+    if not docker_available():
+        pytest.skip(
+            "needs a Docker engine (testcontainers: quay.io/debezium/connect:3.0, "
+            "apache/kafka:3.9.1, postgres:16)"
+        )
+    from testcontainers.core.container import DockerContainer
+    from testcontainers.core.network import Network
+    from testcontainers.core.waiting_utils import wait_for_logs
+
+    kafka_env = {
+        "KAFKA_NODE_ID": "1",
+        "KAFKA_PROCESS_ROLES": "broker,controller",
+        "KAFKA_LISTENERS": "PLAINTEXT://:9092,CONTROLLER://:9093",
+        "KAFKA_ADVERTISED_LISTENERS": "PLAINTEXT://kafka:9092",
+        "KAFKA_LISTENER_SECURITY_PROTOCOL_MAP": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "KAFKA_CONTROLLER_LISTENER_NAMES": "CONTROLLER",
+        "KAFKA_CONTROLLER_QUORUM_VOTERS": "1@kafka:9093",
+        "KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR": "1",
+        "KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR": "1",
+        "KAFKA_TRANSACTION_STATE_LOG_MIN_ISR": "1",
+    }
+    connect_env = {
+        "BOOTSTRAP_SERVERS": "kafka:9092",
+        "GROUP_ID": "cdc-sync-test",
+        "CONFIG_STORAGE_TOPIC": "_configs",
+        "OFFSET_STORAGE_TOPIC": "_offsets",
+        "STATUS_STORAGE_TOPIC": "_status",
+        "CONNECT_CONFIG_PROVIDERS": "env",
+        "CONNECT_CONFIG_PROVIDERS_ENV_CLASS": (
+            "org.apache.kafka.common.config.provider.EnvVarConfigProvider"
+        ),
+        "CDC_SYNC_PG_HOST": "postgres",
+        "CDC_SYNC_PG_PORT": "5432",
+        "CDC_SYNC_PG_USER": "cdc_admin",
+        "CDC_SYNC_PG_PASSWORD": "cdc_admin",
+        "CDC_SYNC_PG_DB": "shop",
+    }
+    with Network() as network:
+        postgres = (
+            DockerContainer("postgres:16")
+            .with_network(network)
+            .with_network_aliases("postgres")
+            .with_env("POSTGRES_USER", "cdc_admin")
+            .with_env("POSTGRES_PASSWORD", "cdc_admin")
+            .with_env("POSTGRES_DB", "shop")
+            .with_command("postgres -c wal_level=logical")
+            .with_exposed_ports(5432)
+        )
+        kafka = DockerContainer("apache/kafka:3.9.1").with_network(network)
+        kafka = kafka.with_network_aliases("kafka")
+        for name, value in kafka_env.items():
+            kafka = kafka.with_env(name, value)
+        with postgres, kafka:
+            wait_for_logs(postgres, "ready to accept connections", timeout=120)
+            wait_for_logs(kafka, "Kafka Server started", timeout=120)
+            host, port = postgres.get_container_host_ip(), postgres.get_exposed_port(5432)
+            create_demo_schema(f"postgresql://cdc_admin:cdc_admin@{host}:{port}/shop")
+            connect = DockerContainer("quay.io/debezium/connect:3.0").with_network(network)
+            for name, value in connect_env.items():
+                connect = connect.with_env(name, value)
+            with connect.with_exposed_ports(8083):
+                url = f"http://{connect.get_container_host_ip()}:{connect.get_exposed_port(8083)}"
+                client = ConnectClient(url)
+                deadline = time.monotonic() + 180
+                while True:
+                    try:
+                        client.plugins()
+                        break
+                    except OSError:
+                        assert time.monotonic() < deadline, "Kafka Connect did not come up"
+                        time.sleep(2)
+                client.put_config("shop", wanted_config(load_connector(Path(SHOP)), {}))
+                wait_running(client, "shop", timeout=180)
