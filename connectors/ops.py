@@ -182,25 +182,29 @@ def wait_running(client: ConnectClient, name: str, timeout: float = 60.0) -> dic
 
 def wait_for_topics(connections: Connections, topics: list[str], timeout: float = 120) -> None:
     """Until every topic holds records (the snapshot arrived)."""
-    consumer = Consumer(
-        consumer_config(
-            connections.require("kafka_bootstrap"), connections.kafka_flavor, "cdc-sync-wait"
-        )
+    config = consumer_config(
+        connections.require("kafka_bootstrap"), connections.kafka_flavor, "cdc-sync-wait"
     )
     deadline = time.monotonic() + timeout
+    pending = list(topics)
+    while pending:
+        # A fresh client each round: librdkafka caches "unknown topic" for minutes.
+        consumer = Consumer(config)
+        try:
+            pending = [t for t in pending if _high_watermark(consumer, t) == 0]
+        finally:
+            consumer.close()
+        if pending:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no snapshot records on {', '.join(pending)}")
+            time.sleep(0.5)
+
+
+def _high_watermark(consumer: Consumer, topic: str) -> int:
     try:
-        for topic in topics:
-            while True:
-                try:
-                    high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=5)[1]
-                except KafkaException:
-                    high = 0  # not created yet
-                if high > 0:
-                    break
-                assert time.monotonic() < deadline, f"no snapshot records on {topic}"
-                time.sleep(0.3)
-    finally:
-        consumer.close()
+        return int(consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=5)[1])
+    except KafkaException:
+        return 0  # not created yet
 
 
 def connectors_main(argv: list[str]) -> int:
