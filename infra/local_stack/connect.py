@@ -14,6 +14,19 @@ from connectors.config import pg_env_from_url
 from infra.local_stack.process import StackError, Started, free_port, spawn, wait_until
 
 POSTGRES_CONNECTOR = "io.debezium.connector.postgresql.PostgresConnector"
+# The wheel's Connect logs through log4j2: without a config it logs nothing at all.
+LOG4J = """status = warn
+appender.out.type = Console
+appender.out.name = out
+appender.out.layout.type = PatternLayout
+appender.out.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = info
+rootLogger.appenderRef.out.ref = out
+logger.clients.name = org.apache.kafka.clients
+logger.clients.level = warn
+logger.reflections.name = org.reflections
+logger.reflections.level = error
+"""
 
 
 def worker_home() -> Path:
@@ -67,9 +80,12 @@ def start_connect(root: Path, bootstrap: str, flavor: str, pg_url: str) -> Start
     group = f"cdc-sync-connect-{uuid.uuid4().hex[:6]}"
     properties.write_text(worker_properties(bootstrap, flavor, port, home, group))
     log = root / "connect.log"
+    log_config = root / "log4j2.properties"
+    log_config.write_text(LOG4J)
     argv = [
         java,
         "-Xmx768m",
+        f"-Dlog4j2.configurationFile={log_config}",
         "-cp",
         f"{home / 'classpath'}/*",
         "org.apache.kafka.connect.cli.ConnectDistributed",
