@@ -168,3 +168,21 @@ def test_json_values_become_objects_in_documents() -> None:
         "2024-01-01T00:00:00+00:00"
     )
     assert to_json_value(ColumnType(TypeKind.BYTES), b"\x01") == "AQ=="
+
+
+def test_spark_schema_mirrors_the_arrow_schema() -> None:
+    schema = row_schema_from_connect(
+        {
+            "type": "struct",
+            "fields": [
+                field("id", "int64", optional=False),
+                decimal_field("price", 2, 10),
+                field("at", "string", logical="io.debezium.time.ZonedTimestamp"),
+            ],
+        }
+    )
+    spark = schema.spark_schema()
+    assert [f.name for f in spark.fields] == ["id", "price", "at"]
+    assert spark["id"].dataType.simpleString() == "bigint" and not spark["id"].nullable
+    assert spark["price"].dataType.simpleString() == "decimal(10,2)"
+    assert spark["at"].dataType.simpleString() == "timestamp"
