@@ -39,6 +39,7 @@ MODES = {
     "decimal-string": {"decimal.handling.mode": "string"},
     "decimal-double": {"decimal.handling.mode": "double"},
     "binary-base64": {"binary.handling.mode": "base64"},
+    "time-adaptive": {"time.precision.mode": "adaptive"},
     # Records without Connect schemas: the job takes the types from the catalog.
     "schemaless": {
         "key.converter.schemas.enable": "false",
