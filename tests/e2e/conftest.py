@@ -7,6 +7,7 @@ import urllib.error
 import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -110,24 +111,35 @@ def _worker_capture(
         drop_slot(connections.require("pg_url"), overrides["slot.name"])
 
 
-def pipeline_connections(
-    database_url: str,
-    kafka: KafkaEndpoint,
-    search_url: str,
-    redis_url: str,
-    redis_db: int,
-    root: Path,
-) -> Connections:
-    return Connections(
-        pg_url=database_url,
-        kafka_bootstrap=kafka.bootstrap,
-        kafka_flavor=kafka.flavor,
-        search_url=search_url,
-        search_client="opensearch",
-        redis_url=with_path(redis_url, f"/{redis_db}"),
-        connect_url=None,
-        warehouse=str(root / "warehouse"),
-    )
+@dataclass(frozen=True)
+class Services:
+    """The session's services, shared by every e2e pipeline."""
+
+    spark: SparkSession
+    pg_url: str
+    kafka: KafkaEndpoint
+    search_url: str
+    redis_url: str
+
+    def connections(self, database_url: str, redis_db: int, root: Path) -> Connections:
+        """A pipeline's settings: its own database, Redis db and warehouse."""
+        return Connections(
+            pg_url=database_url,
+            kafka_bootstrap=self.kafka.bootstrap,
+            kafka_flavor=self.kafka.flavor,
+            search_url=self.search_url,
+            search_client="opensearch",
+            redis_url=with_path(self.redis_url, f"/{redis_db}"),
+            connect_url=None,
+            warehouse=str(root / "warehouse"),
+        )
+
+
+@pytest.fixture(scope="session")
+def services(
+    spark: SparkSession, pg_url: str, kafka: KafkaEndpoint, search_url: str, redis_url: str
+) -> Services:
+    return Services(spark, pg_url, kafka, search_url, redis_url)
 
 
 CAPTURE_PATHS = ["embedded", "connect"]
@@ -135,25 +147,19 @@ CAPTURE_PATHS = ["embedded", "connect"]
 
 @pytest.fixture(scope="session", params=CAPTURE_PATHS)
 def pipeline(
-    request: pytest.FixtureRequest,
-    spark: SparkSession,
-    pg_url: str,
-    kafka: KafkaEndpoint,
-    search_url: str,
-    redis_url: str,
-    tmp_path_factory: pytest.TempPathFactory,
+    request: pytest.FixtureRequest, services: Services, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[SyncHarness]:
     """The demo shop schema with its seed rows, captured (by the embedded engine, then by a
     Kafka Connect worker) and synced for the whole session."""
     connect_url = request.getfixturevalue("connect_url") if request.param == "connect" else None
     root = tmp_path_factory.mktemp(f"e2e-{request.param}")
-    with private_database(pg_url, "shop_e2e") as database:
-        connections = pipeline_connections(
-            database, kafka, search_url, redis_url, SHOP_REDIS_DB, root
-        )
+    with private_database(services.pg_url, "shop_e2e") as database:
+        connections = services.connections(database, SHOP_REDIS_DB, root)
         create_demo_schema(database)
         mapping = e2e_mapping(f"e2e{uuid.uuid4().hex[:6]}")
-        with running_pipeline(spark, mapping, connections, root, {}, connect_url) as harness:
+        with running_pipeline(
+            services.spark, mapping, connections, root, {}, connect_url
+        ) as harness:
             yield harness
 
 

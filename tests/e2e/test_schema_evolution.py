@@ -19,15 +19,13 @@ import pyarrow as pa
 import pytest
 import redis
 from deltalake import DeltaTable
-from pyspark.sql import SparkSession
 
 from sync_jobs.demo.workload import create_demo_schema
 from sync_jobs.events import TableId
 from sync_jobs.mapping import MappingFile, OnSchemaChange, Policies, SearchRoute
 from sync_jobs.sinks.search.backends import connect
-from tests.e2e.conftest import pipeline_connections, running_pipeline
+from tests.e2e.conftest import Services, running_pipeline
 from tests.e2e.harness import SyncHarness, e2e_mapping
-from tests.fixtures.services import KafkaEndpoint
 from tests.pg import private_database
 
 pytestmark = pytest.mark.e2e
@@ -55,37 +53,20 @@ def policy_mapping(policy: OnSchemaChange) -> MappingFile:
 
 
 def policy_pipeline(
-    policy: OnSchemaChange,
-    spark: SparkSession,
-    pg_url: str,
-    kafka: KafkaEndpoint,
-    search_url: str,
-    redis_url: str,
-    root: Path,
+    policy: OnSchemaChange, services: Services, root: Path
 ) -> Generator[SyncHarness, None, None]:
-    with private_database(pg_url, f"schema_{policy.value}") as database:
+    with private_database(services.pg_url, f"schema_{policy.value}") as database:
         create_demo_schema(database)
-        connections = pipeline_connections(
-            database, kafka, search_url, redis_url, REDIS_DB[policy], root
-        )
-        with running_pipeline(spark, policy_mapping(policy), connections, root, {}) as harness:
+        connections = services.connections(database, REDIS_DB[policy], root)
+        mapping = policy_mapping(policy)
+        with running_pipeline(services.spark, mapping, connections, root, {}) as harness:
             harness.wait_converged()
             yield harness
 
 
 @pytest.fixture(scope="module")
-def evolving(
-    spark: SparkSession,
-    pg_url: str,
-    kafka: KafkaEndpoint,
-    search_url: str,
-    redis_url: str,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[SyncHarness]:
-    root = tmp_path_factory.mktemp("evolve")
-    yield from policy_pipeline(
-        OnSchemaChange.EVOLVE, spark, pg_url, kafka, search_url, redis_url, root
-    )
+def evolving(services: Services, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SyncHarness]:
+    yield from policy_pipeline(OnSchemaChange.EVOLVE, services, tmp_path_factory.mktemp("evolve"))
 
 
 def delta_columns(harness: SyncHarness, table: TableId) -> dict[str, str]:
@@ -191,15 +172,9 @@ def test_narrowing_stops_the_job_naming_table_column_and_setting(evolving: SyncH
 
 @pytest.mark.parametrize("policy", [OnSchemaChange.IGNORE, OnSchemaChange.FAIL])
 def test_ignore_keeps_the_first_schema_and_fail_stops(
-    policy: OnSchemaChange,
-    spark: SparkSession,
-    pg_url: str,
-    kafka: KafkaEndpoint,
-    search_url: str,
-    redis_url: str,
-    tmp_path: Path,
+    policy: OnSchemaChange, services: Services, tmp_path: Path
 ) -> None:
-    pipeline = policy_pipeline(policy, spark, pg_url, kafka, search_url, redis_url, tmp_path)
+    pipeline = policy_pipeline(policy, services, tmp_path)
     harness = next(pipeline)
     try:
         harness.run_sql(

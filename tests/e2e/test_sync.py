@@ -87,6 +87,11 @@ def test_malformed_record_is_dead_lettered_and_the_job_goes_on(pipeline: SyncHar
     assert headers["cdc_sync.topic"] == topic
     assert headers["cdc_sync.stage"] == "parse"
     assert int(headers["cdc_sync.offset"]) >= 0
+    # Counts reconcile: every record read became a change, a tombstone or a dead letter.
+    assert pipeline.job is not None
+    history = pipeline.job.applier.history
+    assert history and all(batch.reconciles() for batch in history)
+    assert sum(b.malformed for b in history) == sum(b.dead_lettered for b in history) >= 1
 
 
 def test_incremental_snapshot_while_rows_change_converges(pipeline: SyncHarness) -> None:

@@ -14,7 +14,6 @@ import pyarrow as pa
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 from deltalake import DeltaTable
-from pyspark.sql import SparkSession
 
 from connectors.config import load_connector
 from sync_jobs.events import Change, Coordinates, TableId, parse_record
@@ -22,9 +21,8 @@ from sync_jobs.kafka_clients import consumer_config
 from sync_jobs.mapping import SchemaSource
 from sync_jobs.schema.catalog import ConverterModes, row_schema_from_catalog
 from sync_jobs.sinks.search.backends import connect
-from tests.e2e.conftest import pipeline_connections, running_pipeline
+from tests.e2e.conftest import Services, running_pipeline
 from tests.e2e.harness import SyncHarness, e2e_mapping
-from tests.fixtures.services import KafkaEndpoint
 from tests.pg import private_database
 
 pytestmark = pytest.mark.e2e
@@ -50,21 +48,13 @@ MODES = {
 
 @pytest.fixture(scope="module", params=list(MODES), ids=list(MODES))
 def types_pipeline(
-    request: pytest.FixtureRequest,
-    spark: SparkSession,
-    pg_url: str,
-    kafka: KafkaEndpoint,
-    search_url: str,
-    redis_url: str,
-    tmp_path_factory: pytest.TempPathFactory,
+    request: pytest.FixtureRequest, services: Services, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[SyncHarness]:
     root = tmp_path_factory.mktemp(f"types-{request.param}")
-    with private_database(pg_url, "types_e2e") as database:
+    with private_database(services.pg_url, "types_e2e") as database:
         with psycopg.connect(database, autocommit=True) as conn:
             conn.execute((TYPES_DIR / "all_types.sql").read_bytes())
-        connections = pipeline_connections(
-            database, kafka, search_url, redis_url, TYPES_REDIS_DB, root
-        )
+        connections = services.connections(database, TYPES_REDIS_DB, root)
         mapping = e2e_mapping(f"ty{uuid.uuid4().hex[:6]}", TYPES_DIR / "types.yaml")
         if request.param == "schemaless":
             mapping = dataclasses.replace(
@@ -72,7 +62,7 @@ def types_pipeline(
             )
         overrides = {"schema.include.list": "types", "table.include.list": str(TABLE)}
         overrides |= MODES[request.param]
-        with running_pipeline(spark, mapping, connections, root, overrides) as harness:
+        with running_pipeline(services.spark, mapping, connections, root, overrides) as harness:
             yield harness
 
 
