@@ -20,7 +20,8 @@ curl -fsS -X PUT -H "Content-Type: application/json" --data "$config" \
     "$CONNECT_URL/connectors/$name/config" > /dev/null
 
 for _ in $(seq 1 60); do
-    status=$(curl -fsS "$CONNECT_URL/connectors/$name/status" || true)
+    # 404 until the worker has assigned the connector
+    status=$(curl -fs "$CONNECT_URL/connectors/$name/status" || true)
     running=$(printf '%s' "$status" | grep -o '"state":"RUNNING"' | wc -l)
     if printf '%s' "$status" | grep -q '"state":"FAILED"'; then
         echo "connector $name failed: $status" >&2
