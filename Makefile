@@ -31,10 +31,11 @@ test: install ## run every test: unit, integration and end-to-end on the local s
 test-unit: install ## unit tests only (no services)
 	$(BIN)/pytest -m unit $(PYTEST_ARGS)
 
-lint: install ## ruff + mypy
+lint: install ## ruff + mypy + import contracts (layers only point down)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 bench: install ## benchmarks (print numbers; not part of the tests)
 	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done

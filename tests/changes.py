@@ -5,8 +5,9 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from sync_jobs.events import Change, TableId, parse_record
-from sync_jobs.mapping import CacheRoute, Policies, SearchRoute, TableRoute
+from cdc_sync.core.model import Change, TableId
+from cdc_sync.debezium.decoder import parse_record
+from cdc_sync.mapping import CacheRoute, Policies, SearchRoute, TableRoute
 from tests.envelopes import PRODUCT_FIELDS, coords, envelope_bytes, field, key_bytes
 
 LONG_FIELDS = [*PRODUCT_FIELDS[:-1], field("in_stock", "boolean"), field("stock", "int64")]

@@ -7,7 +7,7 @@ import json
 from decimal import Decimal
 from typing import Any
 
-from sync_jobs.events import Coordinates
+from cdc_sync.core.model import Coordinates
 
 UNAVAILABLE = "__debezium_unavailable_value"
 

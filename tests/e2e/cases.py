@@ -13,8 +13,8 @@ from typing import Any
 
 import yaml
 
-from sync_jobs.events import TableId
-from sync_jobs.verify import canonical
+from cdc_sync.core.model import TableId
+from cdc_sync.verify.compare import canonical
 
 CASES_DIR = Path(__file__).parent / "cases"
 ABSENT = "absent"

@@ -15,14 +15,14 @@ import pytest
 import redis
 from pyspark.sql import SparkSession
 
-from connectors.config import load_connector
-from connectors.engine import CaptureEngine
-from connectors.ops import wait_for_topics, wait_running, wanted_config
-from connectors.rest import ConnectClient
-from sync_jobs.demo.workload import create_demo_schema
-from sync_jobs.job.spark_session import build_spark
-from sync_jobs.mapping import MappingFile
-from sync_jobs.settings import Connections
+from cdc_sync.connectors.engine import CaptureEngine
+from cdc_sync.connectors.ops import wait_for_topics, wait_running, wanted_config
+from cdc_sync.connectors.rest import ConnectClient
+from cdc_sync.core.settings import Connections
+from cdc_sync.debezium.connector import load_connector
+from cdc_sync.demo.workload import create_demo_schema
+from cdc_sync.job.spark_session import build_spark
+from cdc_sync.mapping import MappingFile
 from tests.e2e.harness import SyncHarness, e2e_mapping
 from tests.e2e.sinks_state import http_json
 from tests.fixtures.services import KafkaEndpoint

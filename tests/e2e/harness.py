@@ -15,11 +15,11 @@ import psycopg
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from sync_jobs.events import TableId
-from sync_jobs.job.runner import JobOptions, SyncJob
-from sync_jobs.mapping import MappingFile, load_mapping
-from sync_jobs.settings import Connections
-from sync_jobs.verify import Report, primary_key, verify_all
+from cdc_sync.core.model import TableId
+from cdc_sync.core.settings import Connections
+from cdc_sync.job.runner import JobOptions, SyncJob
+from cdc_sync.mapping import MappingFile, load_mapping
+from cdc_sync.verify.compare import Report, primary_key, verify_all
 
 MAPPING = Path("mappings/shop.yaml")
 

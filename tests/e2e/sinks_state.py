@@ -12,9 +12,9 @@ import redis
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
-from sync_jobs.mapping import MappingFile, TableRoute
-from sync_jobs.settings import Connections
-from sync_jobs.verify import canonical_row
+from cdc_sync.core.settings import Connections
+from cdc_sync.mapping import MappingFile, TableRoute
+from cdc_sync.verify.compare import canonical_row
 
 
 def http_json(url: str, body: dict[str, Any] | None = None, method: str = "GET") -> Any:

@@ -20,10 +20,10 @@ import pytest
 import redis
 from deltalake import DeltaTable
 
-from sync_jobs.demo.workload import create_demo_schema
-from sync_jobs.events import TableId
-from sync_jobs.mapping import MappingFile, OnSchemaChange, Policies, SearchRoute
-from sync_jobs.sinks.search.backends import connect
+from cdc_sync.core.model import TableId
+from cdc_sync.demo.workload import create_demo_schema
+from cdc_sync.mapping import MappingFile, OnSchemaChange, Policies, SearchRoute
+from cdc_sync.sinks.search.backends import connect
 from tests.e2e.conftest import Services, running_pipeline
 from tests.e2e.harness import SyncHarness, e2e_mapping
 from tests.pg import private_database

@@ -17,11 +17,11 @@ import pytest
 import redis
 from confluent_kafka import Consumer, Producer
 
-from connectors.config import load_connector
-from connectors.signals import request_snapshot
-from sync_jobs.demo.workload import run_workload
-from sync_jobs.kafka_clients import consumer_config, producer_config
-from sync_jobs.verify import cache_rows, delta_rows, search_rows
+from cdc_sync.connectors.signals import request_snapshot
+from cdc_sync.core.kafka_clients import consumer_config, producer_config
+from cdc_sync.debezium.connector import load_connector
+from cdc_sync.demo.workload import run_workload
+from cdc_sync.verify.compare import cache_rows, delta_rows, search_rows
 from tests.e2e.cases import Case, load_cases, mismatches
 from tests.e2e.harness import SyncHarness
 from tests.e2e.sinks_state import all_sinks_state

@@ -15,12 +15,13 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from deltalake import DeltaTable
 
-from connectors.config import load_connector
-from sync_jobs.events import Change, Coordinates, TableId, parse_record
-from sync_jobs.kafka_clients import consumer_config
-from sync_jobs.mapping import SchemaSource
-from sync_jobs.schema.catalog import ConverterModes, row_schema_from_catalog
-from sync_jobs.sinks.search.backends import connect
+from cdc_sync.core.kafka_clients import consumer_config
+from cdc_sync.core.model import Change, Coordinates, TableId
+from cdc_sync.debezium.connector import load_connector
+from cdc_sync.debezium.decoder import parse_record
+from cdc_sync.mapping import SchemaSource
+from cdc_sync.schema.catalog import ConverterModes, row_schema_from_catalog
+from cdc_sync.sinks.search.backends import connect
 from tests.e2e.conftest import Services, running_pipeline
 from tests.e2e.harness import SyncHarness, e2e_mapping
 from tests.pg import private_database

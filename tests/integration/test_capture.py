@@ -12,11 +12,12 @@ import psycopg
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from connectors.engine import CaptureEngine
-from sync_jobs.demo.workload import create_demo_schema
-from sync_jobs.events import Change, Coordinates, Op, Tombstone, parse_record
-from sync_jobs.kafka_clients import consumer_config
-from sync_jobs.settings import Connections
+from cdc_sync.connectors.engine import CaptureEngine
+from cdc_sync.core.kafka_clients import consumer_config
+from cdc_sync.core.model import Change, Coordinates, Op, Tombstone
+from cdc_sync.core.settings import Connections
+from cdc_sync.debezium.decoder import parse_record
+from cdc_sync.demo.workload import create_demo_schema
 from tests.fixtures.services import KafkaEndpoint
 from tests.pg import private_database
 

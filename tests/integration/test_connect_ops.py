@@ -12,13 +12,14 @@ from urllib.parse import urlsplit
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from connectors.config import load_connector
-from connectors.ops import connectors_main, wait_running, wanted_config
-from connectors.rest import ConnectClient, ConnectError
-from sync_jobs.demo.workload import create_demo_schema
-from sync_jobs.events import Change, Coordinates, parse_record
-from sync_jobs.kafka_clients import consumer_config
-from sync_jobs.settings import write_env_file
+from cdc_sync.connectors.ops import connectors_main, wait_running, wanted_config
+from cdc_sync.connectors.rest import ConnectClient, ConnectError
+from cdc_sync.core.kafka_clients import consumer_config
+from cdc_sync.core.model import Change, Coordinates
+from cdc_sync.core.settings import write_env_file
+from cdc_sync.debezium.connector import load_connector
+from cdc_sync.debezium.decoder import parse_record
+from cdc_sync.demo.workload import create_demo_schema
 from tests.fixtures.services import KafkaEndpoint, docker_available
 from tests.pg import drop_slot, private_database
 

@@ -9,11 +9,11 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from sync_jobs.events import Change, TableId
-from sync_jobs.job.spark_session import PACKAGES_VAR, build_spark
-from sync_jobs.mapping import DeltaRoute, Policies, TableRoute
-from sync_jobs.sinks.delta import DeltaSink
-from sync_jobs.sinks.delta.spark_client import DeltaSparkWriter, delta_spark_available
+from cdc_sync.core.model import Change, TableId
+from cdc_sync.job.spark_session import PACKAGES_VAR, build_spark
+from cdc_sync.mapping import DeltaRoute, Policies, TableRoute
+from cdc_sync.sinks.delta import DeltaSink
+from cdc_sync.sinks.delta.spark_client import DeltaSparkWriter, delta_spark_available
 from tests.changes import change as routed_change
 from tests.envelopes import (
     PRODUCT_FIELDS,
@@ -81,7 +81,7 @@ def make_sink(kind: str, warehouse: Path, request: pytest.FixtureRequest) -> Del
     if kind == "deltalake":
         return DeltaSink(warehouse, tombstone_retention_seconds=3600)
     spark = request.getfixturevalue("delta_spark_session")
-    return DeltaSink(warehouse, 3600, DeltaSparkWriter(spark, warehouse))
+    return DeltaSink(warehouse, 3600, DeltaSparkWriter(spark, warehouse, 3600))
 
 
 @pytest.fixture

@@ -16,12 +16,12 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from pyspark.sql import DataFrame, SparkSession
 
-from sync_jobs.kafka_clients import admin_config, producer_config
-from sync_jobs.source import kafka_stream, python_stream, stream_options
-from sync_jobs.source.builtin import builtin_kafka_available
-from sync_jobs.source.offsets import PartitionRange
-from sync_jobs.source.options import FETCH_TIMEOUT, parse_options
-from sync_jobs.source.python_kafka import KAFKA_SCHEMA, KafkaRangeUnreachable, consume_range
+from cdc_sync.core.kafka_clients import admin_config, producer_config
+from cdc_sync.source import kafka_stream, python_stream, stream_options
+from cdc_sync.source.builtin import builtin_kafka_available
+from cdc_sync.source.offsets import PartitionRange
+from cdc_sync.source.options import FETCH_TIMEOUT, parse_options
+from cdc_sync.source.python_kafka import KAFKA_SCHEMA, KafkaRangeUnreachable, consume_range
 
 pytestmark = pytest.mark.integration
 
@@ -203,7 +203,7 @@ def test_python_source_is_used_when_the_builtin_jar_is_missing(
     assert_exactly(collected, expected_coordinates(records, {}))
     if not builtin_kafka_available(spark):
         # kafka_stream must then pick the Python source, and say so.
-        with caplog.at_level(logging.INFO, logger="sync_jobs.source"):
+        with caplog.at_level(logging.INFO, logger="cdc_sync.source"):
             stream = kafka_stream(
                 spark, bootstrap=kafka.bootstrap, flavor=kafka.flavor, topics=[topic]
             )
@@ -243,7 +243,7 @@ def test_builtin_kafka_source_reads_each_record_once_when_its_jar_is_present(
     create_topics(kafka.bootstrap, [topic])
     records = keyed_records([topic], 10, "bi")
     produce(kafka, records)
-    with caplog.at_level(logging.INFO, logger="sync_jobs.source"):
+    with caplog.at_level(logging.INFO, logger="cdc_sync.source"):
         stream = kafka_stream(spark, bootstrap=kafka.bootstrap, flavor=kafka.flavor, topics=[topic])
     assert "cdc_kafka Python data source" not in caplog.text
     collected = run_available_now(stream, tmp_path / "checkpoint")

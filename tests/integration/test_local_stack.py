@@ -12,12 +12,12 @@ import pytest
 import redis
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from infra.local_stack.cli import stack_main
-from infra.local_stack.process import alive, stop_pid
-from infra.local_stack.services import check_end_offsets, start_broker
-from infra.local_stack.stack import LocalStack
-from sync_jobs.kafka_clients import consumer_config, producer_config
-from sync_jobs.settings import read_env_file
+from cdc_sync.core.kafka_clients import consumer_config, producer_config
+from cdc_sync.core.settings import read_env_file
+from cdc_sync.localstack.cli import stack_main
+from cdc_sync.localstack.process import alive, stop_pid
+from cdc_sync.localstack.services import check_end_offsets, start_broker
+from cdc_sync.localstack.stack import LocalStack
 from tests.fixtures.services import KafkaEndpoint
 
 pytestmark = pytest.mark.integration

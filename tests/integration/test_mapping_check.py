@@ -8,11 +8,11 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from connectors.config import load_connector
-from sync_jobs.cli import main
-from sync_jobs.demo.workload import create_demo_schema
-from sync_jobs.mapping import load_mapping
-from sync_jobs.mapping_check import validate_mapping
+from cdc_sync.cli import main
+from cdc_sync.debezium.connector import load_connector
+from cdc_sync.demo.workload import create_demo_schema
+from cdc_sync.mapping import load_mapping
+from cdc_sync.verify.mapping_check import validate_mapping
 from tests.pg import private_database
 
 pytestmark = pytest.mark.integration

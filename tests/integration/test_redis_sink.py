@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 import redis
 
-from sync_jobs.events import Change
-from sync_jobs.mapping import CacheRoute, TableRoute
-from sync_jobs.sinks.redis import RedisSink
+from cdc_sync.core.model import Change
+from cdc_sync.mapping import CacheRoute, TableRoute
+from cdc_sync.sinks.redis import RedisSink
 from tests.changes import change, products_route
 from tests.envelopes import UNAVAILABLE, product
 

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from sync_jobs.events import Change
-from sync_jobs.mapping import TableRoute
-from sync_jobs.sinks.search import SearchSink
+from cdc_sync.core.model import Change
+from cdc_sync.mapping import TableRoute
+from cdc_sync.sinks.search import SearchSink
 from tests.changes import LONG_FIELDS, change, products_route
 from tests.envelopes import UNAVAILABLE, product
 

@@ -1,14 +1,26 @@
+from collections.abc import Iterable
 from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sync_jobs.compaction import compact
-from sync_jobs.events import Change, Coordinates, Op, TableId
+from cdc_sync.core.model import Change, Coordinates, Op, TableId
+from cdc_sync.job.fold import fold, order_key
 
 pytestmark = pytest.mark.unit
 TABLE = TableId("shop", "products")
+
+
+def compact(changes: Iterable[Change]) -> list[Change]:
+    """The reference model of a batch's fold: each key's changes folded in version order
+    (what the job's sorted per-partition fold computes)."""
+    latest: dict[tuple[TableId, tuple[object, ...]], Change] = {}
+    for change in sorted(changes, key=order_key):
+        slot = (change.table, change.key)
+        previous = latest.get(slot)
+        latest[slot] = change if previous is None else fold(previous, change)
+    return list(latest.values())
 
 
 def change(

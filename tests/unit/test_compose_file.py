@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 import yaml
 
-from connectors.config import PLACEHOLDER, load_connector
-from sync_jobs.mapping import load_mapping
-from sync_jobs.settings import Connections
+from cdc_sync.core.settings import Connections
+from cdc_sync.debezium.connector import PLACEHOLDER, load_connector
+from cdc_sync.mapping import load_mapping
 
 pytestmark = pytest.mark.unit
 INFRA = Path("infra")

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from connectors.config import engine_properties, load_connector, pg_env_from_url
-from connectors.publisher import TopicSettings
-from sync_jobs.config_errors import ConfigError
+from cdc_sync.connectors.engine import engine_properties
+from cdc_sync.connectors.publisher import TopicSettings
+from cdc_sync.core.errors import ConfigError
+from cdc_sync.debezium.connector import load_connector, pg_env_from_url
 
 pytestmark = pytest.mark.unit
 SHOP = Path("connectors/shop.json")

@@ -3,7 +3,7 @@
 import pyarrow as pa
 import pytest
 
-from sync_jobs.job.decode import (
+from cdc_sync.job.decode import (
     KIND_CHANGE,
     KIND_MALFORMED,
     KIND_TOMBSTONE,

@@ -2,10 +2,11 @@ from decimal import Decimal
 
 import pytest
 
-from sync_jobs.events import Change, Coordinates, Op, TableId, parse_record
-from sync_jobs.mapping import CacheRoute, DeltaRoute, Policies, TableRoute
-from sync_jobs.sinks.delta.actions import DELETED, VERSION, keep_flag, to_actions
-from sync_jobs.sinks.delta.merge_plan import datafusion_quote, merge_plan
+from cdc_sync.core.model import Change, Coordinates, Op, TableId
+from cdc_sync.debezium.decoder import parse_record
+from cdc_sync.mapping import CacheRoute, DeltaRoute, Policies, TableRoute
+from cdc_sync.sinks.delta.actions import DELETED, VERSION, keep_flag, to_actions
+from cdc_sync.sinks.delta.merge_plan import datafusion_quote, merge_plan
 from tests.envelopes import UNAVAILABLE, coords, envelope_bytes, key_bytes, product
 
 pytestmark = pytest.mark.unit

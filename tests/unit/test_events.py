@@ -3,7 +3,8 @@ from decimal import Decimal
 
 import pytest
 
-from sync_jobs.events import Change, MalformedRecord, Op, TableId, Tombstone, parse_record
+from cdc_sync.core.model import Change, Op, TableId, Tombstone
+from cdc_sync.debezium.decoder import MalformedRecord, parse_record
 from tests.envelopes import UNAVAILABLE, coords, envelope_bytes, key_bytes, product
 
 pytestmark = pytest.mark.unit
@@ -97,8 +98,8 @@ def test_malformed_records_name_the_failing_field(
 
 
 def test_records_without_schemas_parse_with_catalog_schemas() -> None:
-    from sync_jobs.events import KnownSchema
-    from sync_jobs.schema import Column, ColumnType, RowSchema, TypeKind
+    from cdc_sync.core.types import KnownSchema
+    from cdc_sync.schema import Column, ColumnType, RowSchema, TypeKind
 
     id_column = Column("id", ColumnType(TypeKind.INT32, optional=False))
     row = RowSchema(

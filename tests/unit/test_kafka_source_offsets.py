@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sync_jobs.source.offsets import (
+from cdc_sync.source.offsets import (
     PartitionRange,
     cap_total,
     dumps,
@@ -17,7 +17,7 @@ from sync_jobs.source.offsets import (
     ranges_between,
     to_offset_json,
 )
-from sync_jobs.source.options import EARLIEST, LATEST, parse_options
+from cdc_sync.source.options import EARLIEST, LATEST, parse_options
 
 pytestmark = pytest.mark.unit
 
@@ -137,8 +137,8 @@ def test_invalid_options_name_the_setting(raw: dict[str, str], names: str) -> No
 
 
 def test_builtin_options_map_the_same_stream() -> None:
-    from sync_jobs.source import stream_options
-    from sync_jobs.source.builtin import builtin_options
+    from cdc_sync.source import stream_options
+    from cdc_sync.source.builtin import builtin_options
 
     options = stream_options(
         bootstrap="127.0.0.1:9092", flavor="tansu", pattern=r"shop\..*", max_offsets_per_trigger=9

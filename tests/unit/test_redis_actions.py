@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from sync_jobs.sinks.redis.actions import VERSION_WIDTH, to_actions, version_string
+from cdc_sync.sinks.redis.actions import VERSION_WIDTH, to_actions, version_string
 from tests.changes import change, products_route
 from tests.envelopes import UNAVAILABLE, product
 

@@ -10,7 +10,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from sync_jobs.schema import (
+from cdc_sync.schema import (
     UNAVAILABLE_VALUE,
     ColumnType,
     SchemaConversionError,
@@ -23,6 +23,8 @@ from sync_jobs.schema import (
     search_field_mapping,
     to_json_value,
 )
+from cdc_sync.schema.arrow import arrow_schema
+from cdc_sync.schema.spark import spark_schema
 from tests.envelopes import decimal_field, encode_decimal, field
 
 pytestmark = pytest.mark.unit
@@ -96,7 +98,7 @@ def test_variable_scale_decimal_keeps_its_scale_and_is_text_in_arrow() -> None:
     value = convert_value(column_type, raw)
     assert value == Decimal("12.345") and str(value) == "12.345"
     assert (
-        row_schema_from_connect({"type": "struct", "fields": [spec]}).arrow_schema().field("n").type
+        arrow_schema(row_schema_from_connect({"type": "struct", "fields": [spec]})).field("n").type
         == pa.string()
     )
     assert arrow_value(column_type, value) == "12.345"
@@ -124,7 +126,7 @@ def test_row_schema_arrow_types_and_nullability() -> None:
             ],
         }
     )
-    arrow = schema.arrow_schema()
+    arrow = arrow_schema(schema)
     assert arrow.field("id").type == pa.int32() and not arrow.field("id").nullable
     assert arrow.field("price").type == pa.decimal128(10, 2)
     assert arrow.field("at").type == pa.timestamp("us", tz="UTC")
@@ -181,7 +183,7 @@ def test_spark_schema_mirrors_the_arrow_schema() -> None:
             ],
         }
     )
-    spark = schema.spark_schema()
+    spark = spark_schema(schema)
     assert [f.name for f in spark.fields] == ["id", "price", "at"]
     assert spark["id"].dataType.simpleString() == "bigint" and not spark["id"].nullable
     assert spark["price"].dataType.simpleString() == "decimal(10,2)"

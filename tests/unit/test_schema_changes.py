@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from sync_jobs.job.schema_changes import SchemaChangeRejected, SchemaTracker
-from sync_jobs.mapping import OnSchemaChange, Policies, TableRoute, load_mapping
-from sync_jobs.schema import Column, ColumnType, RowSchema, TypeKind
+from cdc_sync.job.schema_changes import SchemaChangeRejected, SchemaTracker
+from cdc_sync.mapping import OnSchemaChange, Policies, TableRoute, load_mapping
+from cdc_sync.schema import Column, ColumnType, RowSchema, TypeKind
 
 pytestmark = pytest.mark.unit
 MAPPING = load_mapping(Path("mappings/shop.yaml"))

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from sync_jobs.sinks.search.actions import bulk_operations, concrete_index, to_actions
-from sync_jobs.sinks.search.client import classify_items
-from sync_jobs.sinks.search.target import index_settings, initial_mappings
+from cdc_sync.sinks.search.actions import bulk_operations, concrete_index, to_actions
+from cdc_sync.sinks.search.client import classify_items
+from cdc_sync.sinks.search.target import index_settings, initial_mappings
 from tests.changes import change, products_route
 from tests.envelopes import UNAVAILABLE, product
 

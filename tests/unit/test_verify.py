@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from sync_jobs.verify import MoneyLoader, canonical, compare
+from cdc_sync.verify.compare import MoneyLoader, canonical, compare
 
 pytestmark = pytest.mark.unit
 PLUS_2 = timezone(timedelta(hours=2))

@@ -1,0 +1,187 @@
+"""Pre-flight checks of a connector against its source database (`cdc-sync connectors validate`).
+
+Each finding names the setting to change. Errors block `apply`; warnings are printed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+from cdc_sync.core.model import TableId
+from cdc_sync.debezium.connector import ConnectorFile, captured_tables
+from cdc_sync.mapping import MappingFile
+
+DEFAULT_NAMES = {"publication.name": "dbz_publication", "slot.name": "debezium"}
+TOASTABLE = {"text", "bytea", "json", "jsonb", "xml", "varchar"}
+
+
+@dataclass(frozen=True)
+class Check:
+    severity: str  # "error" | "warning"
+    setting: str  # what to change: a connector key, a Postgres setting, a grant
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.severity}: {self.setting}: {self.message}"
+
+
+def run_checks(
+    connector: ConnectorFile,
+    config: Mapping[str, str],
+    conn: psycopg.Connection[Any],
+    mapping: MappingFile | None = None,
+) -> list[Check]:
+    """`config`: the resolved connector config (placeholders replaced)."""
+    checks: list[Check] = []
+    checks += _wal_level(conn)
+    checks += _names(config)
+    checks += _heartbeat(config)
+    checks += _slot_retention(conn, config)
+    tables = captured_tables(conn, connector)
+    if not tables:
+        checks.append(
+            Check("error", "table.include.list", "matches no table in the source database")
+        )
+    checks += _role(conn, config["database.user"], tables)
+    for table in tables:
+        checks += _table(conn, table, config)
+    if mapping is not None:
+        for table in mapping.uncovered(tables):
+            checks.append(
+                Check("error", f"{mapping.path}: tables", f"{table} is neither routed nor ignored")
+            )
+    return checks
+
+
+def _setting(conn: psycopg.Connection[Any], name: str) -> str:
+    row = conn.execute("SELECT current_setting(%s)", (name,)).fetchone()
+    return str(row[0]) if row else ""
+
+
+def _wal_level(conn: psycopg.Connection[Any]) -> list[Check]:
+    level = _setting(conn, "wal_level")
+    if level != "logical":
+        return [Check("error", "wal_level", f"is {level!r}; set wal_level=logical and restart")]
+    return []
+
+
+def _names(config: Mapping[str, str]) -> list[Check]:
+    return [
+        Check(
+            "error",
+            key,
+            f"set a name of this connector's own (the default {default!r} collides between "
+            "connectors on one database)",
+        )
+        for key, default in DEFAULT_NAMES.items()
+        if config.get(key, default) == default
+    ]
+
+
+def _heartbeat(config: Mapping[str, str]) -> list[Check]:
+    if int(config.get("heartbeat.interval.ms", "0") or 0) <= 0:
+        return [
+            Check(
+                "error",
+                "heartbeat.interval.ms",
+                "not set: while the captured tables are idle the slot does not advance and "
+                "pins WAL written by other tables",
+            )
+        ]
+    return []
+
+
+def _slot_retention(conn: psycopg.Connection[Any], config: Mapping[str, str]) -> list[Check]:
+    keep = _setting(conn, "max_slot_wal_keep_size")
+    checks = []
+    if keep in ("-1", ""):
+        checks.append(
+            Check(
+                "warning",
+                "max_slot_wal_keep_size",
+                "unlimited: a stalled connector can fill the disk with WAL; set a limit "
+                "(the slot is invalidated beyond it and the table needs a re-snapshot)",
+            )
+        )
+    row = conn.execute(
+        "SELECT wal_status, pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn) "
+        "FROM pg_replication_slots WHERE slot_name = %s",
+        (config.get("slot.name", "debezium"),),
+    ).fetchone()
+    if row is not None and row[0] in ("unreserved", "lost"):
+        checks.append(
+            Check("error", "slot.name", f"slot is {row[0]} (retained {row[1]} bytes): re-snapshot")
+        )
+    return checks
+
+
+def _role(conn: psycopg.Connection[Any], user: str, tables: list[TableId]) -> list[Check]:
+    row = conn.execute(
+        "SELECT rolreplication, rolsuper FROM pg_roles WHERE rolname = %s", (user,)
+    ).fetchone()
+    if row is None:
+        return [Check("error", "database.user", f"role {user!r} does not exist")]
+    replication, superuser = row
+    checks = []
+    if not (replication or superuser):
+        checks.append(Check("error", "database.user", f"ALTER ROLE {user} REPLICATION is needed"))
+    if superuser:
+        checks.append(
+            Check(
+                "warning",
+                "database.user",
+                f"{user} is a superuser: capture needs only REPLICATION and SELECT on the "
+                "captured tables (and CREATE on the database for the publication)",
+            )
+        )
+    for table in tables:
+        allowed = conn.execute(
+            "SELECT has_table_privilege(%s, %s, 'SELECT')",
+            (user, f'"{table.schema}"."{table.table}"'),
+        ).fetchone()
+        if not (allowed and allowed[0]):
+            checks.append(
+                Check("error", "database.user", f"GRANT SELECT ON {table} TO {user} is needed")
+            )
+    return checks
+
+
+def _table(conn: psycopg.Connection[Any], table: TableId, config: Mapping[str, str]) -> list[Check]:
+    name = f'"{table.schema}"."{table.table}"'
+    checks = []
+    has_pk = conn.execute(
+        "SELECT 1 FROM pg_index WHERE indrelid = %s::regclass AND indisprimary", (name,)
+    ).fetchone()
+    if not has_pk and str(table) not in config.get("message.key.columns", ""):
+        checks.append(
+            Check("error", "message.key.columns", f"{table} has no primary key: declare its key")
+        )
+    identity = conn.execute(
+        "SELECT relreplident FROM pg_class WHERE oid = %s::regclass", (name,)
+    ).fetchone()
+    toastable = conn.execute(
+        "SELECT count(*) FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid "
+        "WHERE a.attrelid = %s::regclass AND a.attnum > 0 AND NOT a.attisdropped "
+        "AND t.typname = ANY(%s)",
+        (name, list(TOASTABLE)),
+    ).fetchone()
+    if identity and identity[0] == "n":
+        checks.append(
+            Check(
+                "error", f"REPLICA IDENTITY of {table}", "NOTHING: updates and deletes carry no key"
+            )
+        )
+    elif identity and identity[0] == "d" and toastable and toastable[0]:
+        checks.append(
+            Check(
+                "warning",
+                f"REPLICA IDENTITY of {table}",
+                "DEFAULT with TOAST-able columns: unchanged large values arrive as "
+                "__debezium_unavailable_value; the sinks merge them (kept), or set FULL",
+            )
+        )
+    return checks

@@ -1,0 +1,127 @@
+"""Publish Debezium records as Kafka Connect would: same topic, key, value and partition.
+
+`publish_batch` returns only once every record of the batch is acknowledged by the broker; the
+engine commits source offsets after that, so a crash can repeat records but never lose one.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from cdc_sync.core.kafka_clients import admin_config, producer_config
+
+log = logging.getLogger(__name__)
+
+FLUSH_TIMEOUT_SECONDS = 60.0
+
+
+@dataclass(frozen=True)
+class Record:
+    topic: str
+    key: bytes | None
+    value: bytes | None  # None: a tombstone (after a delete, for log compaction)
+
+
+@dataclass(frozen=True)
+class TopicSettings:
+    partitions: int
+    replication_factor: int
+    config: dict[str, str]
+
+    @classmethod
+    def from_connector(cls, config: Mapping[str, Any]) -> TopicSettings:
+        """Kafka Connect's `topic.creation.default.*` settings, applied the same way."""
+        prefix = "topic.creation.default."
+        extra = {
+            key[len(prefix) :]: str(value)
+            for key, value in config.items()
+            if key.startswith(prefix)
+            and key[len(prefix) :] not in ("partitions", "replication.factor")
+        }
+        return cls(
+            partitions=int(config.get(f"{prefix}partitions", 1)),
+            replication_factor=int(config.get(f"{prefix}replication.factor", 1)),
+            config=extra,
+        )
+
+
+class PublishError(RuntimeError):
+    """Records were not acknowledged: the engine must not commit their source offsets."""
+
+
+class KafkaPublisher:
+    def __init__(self, bootstrap: str, flavor: str, topics: TopicSettings) -> None:
+        # murmur2 is the Java client's partitioner: the same key lands on the same partition
+        # as with Kafka Connect, whatever created the topic.
+        self.producer = Producer(
+            producer_config(bootstrap, flavor, **{"partitioner": "murmur2_random", "acks": "all"})
+        )
+        self.admin = AdminClient(admin_config(bootstrap))
+        self.topics = topics
+        self.known_topics: set[str] = set()
+        self.published = 0
+
+    def publish_batch(self, records: Sequence[Record]) -> None:
+        self._ensure_topics({r.topic for r in records})
+        errors: list[KafkaError] = []
+
+        def on_delivery(err: KafkaError | None, _message: Any) -> None:
+            if err is not None:
+                errors.append(err)
+
+        for record in records:
+            self._produce(record, on_delivery)
+        remaining = self.producer.flush(FLUSH_TIMEOUT_SECONDS)
+        if remaining or errors:
+            raise PublishError(
+                f"{len(errors)} records failed, {remaining} unacknowledged "
+                f"after {FLUSH_TIMEOUT_SECONDS}s: {errors[:1]}"
+            )
+        self.published += len(records)
+
+    def _produce(self, record: Record, on_delivery: Any) -> None:
+        while True:
+            try:
+                self.producer.produce(
+                    record.topic, key=record.key, value=record.value, on_delivery=on_delivery
+                )
+                return
+            except BufferError:  # local queue full: let deliveries drain, then retry
+                self.producer.poll(0.5)
+
+    def _ensure_topics(self, topics: Iterable[str]) -> None:
+        missing = [t for t in topics if t not in self.known_topics]
+        if not missing:
+            return
+        existing = set(self.admin.list_topics(timeout=10).topics)
+        to_create = [t for t in missing if t not in existing]
+        if to_create:
+            futures = self.admin.create_topics(
+                [
+                    NewTopic(
+                        t,
+                        num_partitions=self.topics.partitions,
+                        replication_factor=self.topics.replication_factor,
+                        config=self.topics.config,
+                    )
+                    for t in to_create
+                ]
+            )
+            for topic, future in futures.items():
+                try:
+                    future.result(timeout=30)
+                    log.info("created topic %s %s", topic, self.topics.config)
+                except KafkaException as exc:
+                    if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                        raise
+        self.known_topics.update(missing)
+
+    def close(self) -> None:
+        self.producer.flush(FLUSH_TIMEOUT_SECONDS)
+        self.producer.close()

@@ -1,0 +1,87 @@
+"""The change model: one frozen event type per row change (flink-cdc `DataChangeEvent` style).
+
+The Debezium decoder (`cdc_sync.debezium.decoder`) builds these from Kafka records; everything
+above it (fold, routing, sinks, verify) works on them and never on raw envelopes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from cdc_sync.core.types import KnownSchema, RowSchema
+
+KEY_SEPARATOR = "|"
+
+
+class Op(StrEnum):
+    CREATE = "c"
+    UPDATE = "u"
+    DELETE = "d"
+    READ = "r"  # snapshot row
+
+
+@dataclass(frozen=True, order=True)
+class TableId:
+    schema: str
+    table: str
+
+    def __str__(self) -> str:
+        return f"{self.schema}.{self.table}"
+
+    @classmethod
+    def parse(cls, qualified: str) -> TableId:
+        schema, sep, table = qualified.partition(".")
+        if not sep or not schema or not table or "." in table:
+            raise ValueError(f"expected <schema>.<table>, got {qualified!r}")
+        return cls(schema, table)
+
+
+@dataclass(frozen=True)
+class Coordinates:
+    """Where a record sits in Kafka: named in every log line and dead-letter entry."""
+
+    topic: str
+    partition: int
+    offset: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}[{self.partition}]@{self.offset}"
+
+
+@dataclass(frozen=True)
+class Change:
+    table: TableId
+    key: tuple[tuple[str, Any], ...]  # primary-key columns in key order
+    op: Op
+    version: int
+    row: Mapping[str, Any] | None  # after image (converted values); None for deletes
+    coordinates: Coordinates
+    source_ts_ms: int | None = None
+    unavailable_columns: frozenset[str] = frozenset()
+    schema: RowSchema | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def is_delete(self) -> bool:
+        return self.op is Op.DELETE
+
+    @property
+    def doc_id(self) -> str:
+        return document_id(self.key)
+
+
+@dataclass(frozen=True)
+class Tombstone:
+    table: TableId
+    key: tuple[tuple[str, Any], ...]
+    coordinates: Coordinates
+
+
+def document_id(key: tuple[tuple[str, Any], ...]) -> str:
+    """`_id` / cache id: key values as strings, joined in key order with `|`."""
+    return KEY_SEPARATOR.join(str(value) for _, value in key)
+
+
+KnownSchemas = Mapping[TableId, KnownSchema]

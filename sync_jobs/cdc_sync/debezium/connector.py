@@ -1,0 +1,130 @@
+"""Kafka Connect connector files (`connectors/<name>.json`): load, validate, resolve, embed.
+
+The same file is registered with Kafka Connect (production) and run by the embedded engine
+(local stack). Database settings are `${env:CDC_SYNC_PG_*}` placeholders: Kafka Connect resolves
+them with its EnvVarConfigProvider; the embedded runner resolves them from `CDC_SYNC_PG_URL`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+import psycopg
+
+from cdc_sync.core.errors import ConfigError
+from cdc_sync.core.model import TableId
+
+POSTGRES_CONNECTOR = "io.debezium.connector.postgresql.PostgresConnector"
+JSON_CONVERTER = "org.apache.kafka.connect.json.JsonConverter"
+PLACEHOLDER = re.compile(r"\$\{env:([A-Za-z_][A-Za-z0-9_]*)\}")
+# What the sync job relies on; anything else is the ops' choice.
+REQUIRED = {
+    "connector.class": POSTGRES_CONNECTOR,
+    "plugin.name": "pgoutput",
+    "key.converter": JSON_CONVERTER,
+    "value.converter": JSON_CONVERTER,
+}
+PRESENT = ("topic.prefix", "slot.name", "publication.name", "database.dbname")
+
+
+@dataclass(frozen=True)
+class ConnectorFile:
+    path: Path
+    name: str
+    config: Mapping[str, str]
+
+    @property
+    def topic_prefix(self) -> str:
+        return self.config["topic.prefix"]
+
+    def resolved(self, env: Mapping[str, str]) -> dict[str, str]:
+        """The config with `${env:NAME}` placeholders replaced; unknown names are an error."""
+
+        resolved: dict[str, str] = {}
+        for key, value in self.config.items():
+            for name in PLACEHOLDER.findall(value):
+                if name not in env:
+                    raise ConfigError(self.path, f"config.{key}", f"${{env:{name}}} is not set")
+            resolved[key] = PLACEHOLDER.sub(lambda m: env[m.group(1)], value)
+        return resolved
+
+
+def load_connector(path: Path) -> ConnectorFile:
+    try:
+        doc = json.loads(path.read_text())
+    except OSError as exc:
+        raise ConfigError(path, "", f"cannot read: {exc.strerror}") from exc
+    except json.JSONDecodeError as exc:
+        raise ConfigError(path, "", f"not JSON: {exc.msg} at line {exc.lineno}") from exc
+    if not isinstance(doc, dict) or not isinstance(doc.get("name"), str) or not doc["name"]:
+        raise ConfigError(path, "name", 'expected {"name": ..., "config": {...}}')
+    config = doc.get("config")
+    if not isinstance(config, dict):
+        raise ConfigError(path, "config", "expected an object of string settings")
+    for key, value in config.items():
+        if not isinstance(value, str):
+            raise ConfigError(path, f"config.{key}", "Kafka Connect settings are strings")
+    for key, wanted in REQUIRED.items():
+        if config.get(key) != wanted:
+            raise ConfigError(
+                path, f"config.{key}", f"must be {wanted!r} (got {config.get(key)!r})"
+            )
+    # With schemas the records describe themselves; without, the job reads the catalog
+    # (mapping `source.schemas: catalog`). Key and value must agree either way.
+    key_schemas = config.get("key.converter.schemas.enable", "true")
+    if key_schemas not in ("true", "false"):
+        raise ConfigError(path, "config.key.converter.schemas.enable", "must be true or false")
+    if config.get("value.converter.schemas.enable", "true") != key_schemas:
+        raise ConfigError(
+            path,
+            "config.value.converter.schemas.enable",
+            f"must equal key.converter.schemas.enable ({key_schemas})",
+        )
+    for key in PRESENT:
+        if not config.get(key):
+            raise ConfigError(path, f"config.{key}", "is required")
+    return ConnectorFile(path, doc["name"], config)
+
+
+def pg_env_from_url(pg_url: str) -> dict[str, str]:
+    """`postgresql://user:pass@host:port/db` -> the CDC_SYNC_PG_* placeholder values."""
+    parts = urlsplit(pg_url)
+    if parts.scheme not in ("postgresql", "postgres") or not parts.hostname:
+        raise ValueError(
+            f"CDC_SYNC_PG_URL: expected postgresql://user@host:port/db, got {pg_url!r}"
+        )
+    return {
+        "CDC_SYNC_PG_HOST": parts.hostname,
+        "CDC_SYNC_PG_PORT": str(parts.port or 5432),
+        "CDC_SYNC_PG_USER": unquote(parts.username or "postgres"),
+        "CDC_SYNC_PG_PASSWORD": unquote(parts.password or ""),
+        "CDC_SYNC_PG_DB": parts.path.lstrip("/") or "postgres",
+    }
+
+
+def captured_tables(conn: psycopg.Connection[Any], connector: ConnectorFile) -> list[TableId]:
+    """The tables the connector captures, by its include lists (regular expressions)."""
+    schemas = _patterns(connector.config.get("schema.include.list"))
+    tables = _patterns(connector.config.get("table.include.list"))
+    rows = conn.execute(
+        "SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE c.relkind IN ('r', 'p') AND n.nspname NOT IN ('pg_catalog', 'information_schema') "
+        "ORDER BY 1, 2"
+    ).fetchall()
+    found = [TableId(schema, table) for schema, table in rows]
+    return [
+        t
+        for t in found
+        if (not schemas or any(p.fullmatch(t.schema) for p in schemas))
+        and (not tables or any(p.fullmatch(str(t)) for p in tables))
+    ]
+
+
+def _patterns(value: str | None) -> list[re.Pattern[str]]:
+    return [re.compile(p.strip()) for p in (value or "").split(",") if p.strip()]

@@ -1,0 +1,157 @@
+"""Assemble and run the sync job: mapping + connections -> sinks -> streaming query."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQuery
+
+from cdc_sync.core.model import KnownSchemas
+from cdc_sync.core.settings import Connections, state_dir
+from cdc_sync.job.applier import BatchApplier
+from cdc_sync.job.dead_letter import DeadLetterWriter
+from cdc_sync.job.stream import MicroBatchProcessor
+from cdc_sync.mapping import MappingFile, SchemaSource
+from cdc_sync.sinks.base import Sink
+from cdc_sync.sinks.delta import DeltaSink
+from cdc_sync.sinks.delta.spark_client import DeltaSparkWriter, delta_spark_available
+from cdc_sync.source import kafka_stream
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class JobOptions:
+    checkpoint_dir: Path
+    warehouse: Path
+    trigger_seconds: float = 1.0
+    max_offsets_per_trigger: int | None = None
+    query_name: str | None = None  # default cdc-sync-<mapping>; unique among active queries
+
+    @classmethod
+    def defaults(cls, mapping: MappingFile, connections: Connections) -> JobOptions:
+        root = state_dir()
+        return cls(
+            checkpoint_dir=root / "checkpoints" / mapping.path.stem,
+            warehouse=Path(connections.warehouse) if connections.warehouse else root / "warehouse",
+        )
+
+
+def build_sinks(
+    mapping: MappingFile, connections: Connections, warehouse: Path, spark: SparkSession
+) -> list[Sink]:
+    """The sinks the mapping routes to; a routed sink without a configured URL is an error."""
+    retention = mapping.tombstone_retention_seconds
+    routes = list(mapping.tables.values())
+    sinks: list[Sink] = []
+    if any(r.search for r in routes):
+        from cdc_sync.sinks.search import SearchSink
+
+        sinks.append(
+            SearchSink(
+                connections.search_client,
+                connections.require("search_url"),
+                tombstone_retention_seconds=retention,
+            )
+        )
+    if any(r.cache for r in routes):
+        from cdc_sync.sinks.redis import RedisSink
+
+        sinks.append(
+            RedisSink(connections.require("redis_url"), tombstone_retention_seconds=retention)
+        )
+    if any(r.delta for r in routes):
+        writer = (
+            DeltaSparkWriter(spark, warehouse, retention) if delta_spark_available(spark) else None
+        )
+        log.info("Delta writes through %s", "delta-spark" if writer else "deltalake (delta-rs)")
+        sinks.append(DeltaSink(warehouse, retention, writer))
+    return sinks
+
+
+def catalog_schemas(mapping: MappingFile, connections: Connections) -> KnownSchemas | None:
+    """With `source.schemas: catalog`, the routed tables' schemas, read once from Postgres, as
+    the mapping's connector encodes them (its decimal/binary/time modes)."""
+    if mapping.schema_source is not SchemaSource.CATALOG:
+        return None
+    import psycopg
+
+    from cdc_sync.debezium.connector import load_connector
+    from cdc_sync.schema.catalog import ConverterModes, known_schemas
+
+    config = load_connector(mapping.connector).config if mapping.connector else {}
+    with psycopg.connect(connections.require("pg_url")) as conn:
+        return known_schemas(conn, mapping.tables, ConverterModes.from_connector(config))
+
+
+class SyncJob:
+    def __init__(
+        self,
+        spark: SparkSession,
+        mapping: MappingFile,
+        connections: Connections,
+        options: JobOptions,
+    ) -> None:
+        self.spark = spark
+        self.mapping = mapping
+        self.connections = connections
+        self.options = options
+        self.sinks = build_sinks(mapping, connections, options.warehouse, spark)
+        self.dead_letters = DeadLetterWriter(
+            connections.require("kafka_bootstrap"),
+            connections.kafka_flavor,
+            mapping.dead_letter_topic,
+        )
+        self.applier = BatchApplier(mapping, self.sinks, self.dead_letters)
+        self.processor = MicroBatchProcessor(
+            self.applier,
+            int(spark.conf.get("spark.sql.shuffle.partitions") or 2),
+            catalog_schemas(mapping, connections),
+        )
+
+    def start(self, available_now: bool = False) -> StreamingQuery:
+        for route in self.mapping.tables.values():
+            for sink in self.sinks:
+                sink.ensure_target(route, None)
+        stream = kafka_stream(
+            self.spark,
+            bootstrap=self.connections.require("kafka_bootstrap"),
+            flavor=self.connections.kafka_flavor,
+            topics=self.mapping.topics(),
+            max_offsets_per_trigger=self.options.max_offsets_per_trigger,
+        )
+        writer = (
+            stream.writeStream.queryName(
+                self.options.query_name or f"cdc-sync-{self.mapping.path.stem}"
+            )
+            .foreachBatch(self.processor)
+            .option("checkpointLocation", str(self.options.checkpoint_dir))
+        )
+        if available_now:
+            writer = writer.trigger(availableNow=True)
+        else:
+            writer = writer.trigger(processingTime=f"{self.options.trigger_seconds} seconds")
+        log.info(
+            "sync job started: %d tables, checkpoint %s",
+            len(self.mapping.tables),
+            self.options.checkpoint_dir,
+        )
+        return writer.start()
+
+    def drain(self, timeout_seconds: float = 600) -> None:
+        """Process everything in the topics now, then stop (trigger availableNow)."""
+        query = self.start(available_now=True)
+        query.awaitTermination(int(timeout_seconds))
+        if query.isActive:
+            query.stop()
+            raise TimeoutError(f"sync job did not drain within {timeout_seconds}s")
+        if query.exception() is not None:
+            raise RuntimeError(f"sync job failed: {query.exception()}")
+
+    def close(self) -> None:
+        for sink in self.sinks:
+            sink.close()
+        self.dead_letters.close()

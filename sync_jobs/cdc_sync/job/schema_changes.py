@@ -1,0 +1,100 @@
+"""Schema changes seen in the stream, handled by the per-mapping `on_schema_change` policy.
+
+- evolve: new columns are added to the targets (Delta column, search field) without a restart;
+  a dropped column stays in the targets (older rows keep their values, newer rows hold null);
+  a widened type (int2 -> int4 -> int8, float4 -> float8, a numeric gaining precision at the same
+  scale) widens the targets. A rename arrives as a dropped column plus an added one.
+- ignore: the targets keep the schema first seen; new columns are left out of every write.
+- fail: the batch fails with an error naming the table, the columns and the setting.
+Any other type change (narrowing, int -> text, ...) is never applied silently: it fails under
+every policy but `ignore`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from cdc_sync.core.model import Change, TableId
+from cdc_sync.mapping import MappingFile, OnSchemaChange, TableRoute
+from cdc_sync.schema import RowSchema
+from cdc_sync.schema.widening import widens
+
+
+class SchemaChangeRejected(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class SchemaState:
+    schema: RowSchema
+    evolved: bool  # targets must be (re)checked with `ensure_target`
+    allowed_columns: frozenset[str] | None = None  # None = every column of the change
+
+    def conform(self, change: Change) -> Change:
+        if self.allowed_columns is None or change.row is None:
+            return change
+        return dataclasses.replace(
+            change,
+            row={k: v for k, v in change.row.items() if k in self.allowed_columns},
+            unavailable_columns=change.unavailable_columns & self.allowed_columns,
+            schema=self.schema,
+        )
+
+
+class SchemaTracker:
+    def __init__(self, mapping: MappingFile) -> None:
+        self.mapping = mapping
+        self.current: dict[TableId, RowSchema] = {}
+
+    def observe(self, route: TableRoute, incoming: RowSchema | None) -> SchemaState:
+        table = route.table
+        known = self.current.get(table)
+        if incoming is None:
+            return SchemaState(known, False) if known else SchemaState(RowSchema(()), False)
+        if known is None:
+            self.current[table] = incoming
+            return SchemaState(incoming, True)
+        if known.fingerprint == incoming.fingerprint:
+            return SchemaState(known, False)
+        policy = route.policies.on_schema_change
+        added, dropped, retyped = _diff(known, incoming)
+        if policy is OnSchemaChange.EVOLVE:
+            retyped = [name for name in retyped if not _widens(known, incoming, name)]
+        if policy is OnSchemaChange.IGNORE:
+            return SchemaState(known, False, frozenset(c.name for c in known.columns))
+        if retyped or policy is OnSchemaChange.FAIL:
+            raise SchemaChangeRejected(
+                f"schema of {table} changed (added {added or '-'}, dropped {dropped or '-'}, "
+                f"type changed {retyped or '-'}); "
+                + ("a narrowing or incompatible type change is not applied; " if retyped else "")
+                + f"set {self.mapping.setting_path(table, 'on_schema_change')} to choose "
+                "(fail | evolve | ignore)"
+            )
+        merged = RowSchema(incoming.columns + tuple(c for c in known.columns if c.name in dropped))
+        self.current[table] = merged
+        return SchemaState(merged, True)
+
+
+def _diff(old: RowSchema, new: RowSchema) -> tuple[list[str], list[str], list[str]]:
+    old_types = {c.name: c.type for c in old.columns}
+    new_types = {c.name: c.type for c in new.columns}
+    added = [name for name in new_types if name not in old_types]
+    dropped = [name for name in old_types if name not in new_types]
+    retyped = [
+        name
+        for name in new_types
+        if name in old_types and _comparable(old_types[name]) != _comparable(new_types[name])
+    ]
+    return added, dropped, retyped
+
+
+def _widens(old: RowSchema, new: RowSchema, name: str) -> bool:
+    return widens(old.column(name).type, new.column(name).type)
+
+
+def _comparable(column_type: object) -> object:
+    # Optionality differences (NOT NULL added/removed) are not type changes.
+    if dataclasses.is_dataclass(column_type) and hasattr(column_type, "optional"):
+        return dataclasses.replace(column_type, optional=True)  # type: ignore[type-var]
+    return column_type

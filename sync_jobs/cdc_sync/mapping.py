@@ -1,0 +1,285 @@
+"""Mapping files (`mappings/*.yaml`): table -> search index, cache prefix, Delta table, projection.
+
+Loaded and validated once; every error names the file and the field path. Every captured table
+must be routed or listed under `ignore` (checked against the connector's table list).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from cdc_sync.core.errors import ConfigError, FieldReader
+from cdc_sync.core.model import Change, TableId
+from cdc_sync.schema import Column, RowSchema
+
+
+class OnTombstone(StrEnum):
+    FAIL = "fail"
+    SKIP = "skip"  # Debezium's tombstone follows a delete event that already removed the row
+
+
+class OnMalformed(StrEnum):
+    FAIL = "fail"
+    DEAD_LETTER = "dead_letter"
+
+
+class SchemaSource(StrEnum):
+    ENVELOPE = "envelope"  # JsonConverter schemas.enable=true: each record carries its schema
+    CATALOG = "catalog"  # schemas.enable=false: types read from the Postgres catalog at start
+
+
+class OnSchemaChange(StrEnum):
+    FAIL = "fail"
+    EVOLVE = "evolve"
+    IGNORE = "ignore"
+
+
+@dataclass(frozen=True)
+class Policies:
+    on_tombstone: OnTombstone = OnTombstone.FAIL
+    on_malformed: OnMalformed = OnMalformed.FAIL
+    on_schema_change: OnSchemaChange = OnSchemaChange.FAIL
+
+
+@dataclass(frozen=True)
+class SearchRoute:
+    index: str  # the alias applications query; the concrete index is `<alias>_v1`
+    mapping: Mapping[str, Any] = field(default_factory=dict)
+    settings: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CacheRoute:
+    prefix: str
+    ttl_seconds: int | None = None
+
+    def key(self, table: TableId, doc_id: str) -> str:
+        return f"{self.prefix}:{table}:{doc_id}"
+
+    def tombstone_key(self, table: TableId, doc_id: str) -> str:
+        return f"{self.prefix}:_tombstone:{table}:{doc_id}"
+
+
+@dataclass(frozen=True)
+class DeltaRoute:
+    schema: str
+    table: str
+    partition_by: tuple[str, ...] = ()
+
+    def relative_path(self) -> str:
+        return f"{self.schema}/{self.table}"
+
+
+@dataclass(frozen=True)
+class TableRoute:
+    table: TableId
+    columns: tuple[str, ...] | None  # projection; None = every column
+    rename: Mapping[str, str]
+    search: SearchRoute | None
+    cache: CacheRoute | None
+    delta: DeltaRoute | None
+    policies: Policies
+
+    def project(self, row: Mapping[str, Any]) -> dict[str, Any]:
+        kept = row if self.columns is None else {c: row[c] for c in self.columns if c in row}
+        return {self.rename.get(name, name): value for name, value in kept.items()}
+
+    def project_columns(self, names: frozenset[str]) -> frozenset[str]:
+        kept = names if self.columns is None else names & frozenset(self.columns)
+        return frozenset(self.rename.get(name, name) for name in kept)
+
+    def project_schema(self, schema: RowSchema) -> RowSchema:
+        kept = [c for c in schema.columns if self.columns is None or c.name in self.columns]
+        return RowSchema(tuple(Column(self.rename.get(c.name, c.name), c.type) for c in kept))
+
+    def route(self, change: Change) -> Change:
+        """The change as the sinks see it: projected and renamed row columns and schema."""
+        if change.row is None:
+            return change
+        return replace(
+            change,
+            row=self.project(change.row),
+            unavailable_columns=self.project_columns(change.unavailable_columns),
+            schema=None if change.schema is None else self.project_schema(change.schema),
+        )
+
+
+@dataclass(frozen=True)
+class MappingFile:
+    path: Path
+    topic_prefix: str
+    connector: Path | None
+    dead_letter_topic: str
+    tombstone_retention_seconds: int
+    tables: Mapping[TableId, TableRoute]
+    ignored: frozenset[TableId]
+    default_policies: Policies = Policies()
+    schema_source: SchemaSource = SchemaSource.ENVELOPE
+
+    def route_for(self, table: TableId) -> TableRoute | None:
+        return self.tables.get(table)
+
+    def policies_for(self, table: TableId | None) -> Policies:
+        route = self.tables.get(table) if table is not None else None
+        return route.policies if route is not None else self.default_policies
+
+    def setting_path(self, table: TableId | None, policy: str) -> str:
+        """Where a policy is set, for error messages: the table's key or `defaults`."""
+        if table is not None and table in self.tables:
+            return f"{self.path}: tables.{table}.{policy} (or defaults.{policy})"
+        return f"{self.path}: defaults.{policy}"
+
+    def topics(self) -> list[str]:
+        return sorted(f"{self.topic_prefix}.{table}" for table in self.tables)
+
+    def uncovered(self, captured: Iterable[TableId]) -> list[TableId]:
+        """Captured tables neither routed nor ignored: the one home of that rule."""
+        return [t for t in captured if t not in self.tables and t not in self.ignored]
+
+
+_TOP_KEYS = ("version", "source", "defaults", "dead_letter", "tables", "ignore")
+_TABLE_KEYS = ("columns", "rename", "search", "cache", "delta", *Policies.__dataclass_fields__)
+_POLICY_ENUMS: dict[str, type[StrEnum]] = {
+    "on_tombstone": OnTombstone,
+    "on_malformed": OnMalformed,
+    "on_schema_change": OnSchemaChange,
+}
+
+
+def load_mapping(path: Path) -> MappingFile:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise ConfigError(path, "<file>", f"cannot read: {exc.strerror}") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(path, "<file>", f"not valid YAML: {exc}") from exc
+    root = FieldReader(path, "", data)
+    root.reject_unknown(_TOP_KEYS)
+    if root.data.get("version", 1) != 1:
+        raise root.error("version", "only version 1 is supported")
+
+    source = root.child("source")
+    source.reject_unknown(("topic_prefix", "connector", "schemas"))
+    connector = source.optional_str("connector")
+    schemas_raw = source.str_("schemas", SchemaSource.ENVELOPE.value)
+    if schemas_raw not in {s.value for s in SchemaSource}:
+        raise source.error("schemas", "expected one of envelope, catalog")
+    schema_source = SchemaSource(schemas_raw)
+
+    defaults = root.child("defaults")
+    defaults.reject_unknown((*_POLICY_ENUMS, "cache_prefix", "tombstone_retention_seconds"))
+    default_policies = _policies(defaults, Policies())
+    cache_prefix = defaults.str_("cache_prefix", "cdc")
+
+    dead_letter = root.child("dead_letter")
+    dead_letter.reject_unknown(("topic",))
+    topic_prefix = source.str_("topic_prefix")
+
+    tables_reader = root.child("tables")
+    routes: dict[TableId, TableRoute] = {}
+    for name in tables_reader.data:
+        table = _table_id(tables_reader, str(name))
+        reader = tables_reader.child(str(name))
+        routes[table] = _table_route(table, reader, default_policies, cache_prefix)
+
+    ignore_raw = root.str_list("ignore") or ()
+    ignored = frozenset(_table_id(root, name) for name in ignore_raw)
+    both = sorted(str(t) for t in ignored & routes.keys())
+    if both:
+        raise root.error("ignore", f"tables both routed and ignored: {', '.join(both)}")
+    return MappingFile(
+        path=path,
+        topic_prefix=topic_prefix,
+        connector=(path.parent / connector).resolve() if connector else None,
+        dead_letter_topic=dead_letter.str_("topic", f"{topic_prefix}.cdc_sync.dead_letter"),
+        tombstone_retention_seconds=defaults.int_("tombstone_retention_seconds", 24 * 3600),
+        tables=routes,
+        ignored=ignored,
+        default_policies=default_policies,
+        schema_source=schema_source,
+    )
+
+
+def _table_id(reader: FieldReader, name: str) -> TableId:
+    try:
+        return TableId.parse(name)
+    except ValueError as exc:
+        raise reader.error(name, str(exc)) from exc
+
+
+def _policies(reader: FieldReader, base: Policies) -> Policies:
+    values = {
+        name: enum(reader.choice(name, [m.value for m in enum], getattr(base, name).value))
+        for name, enum in _POLICY_ENUMS.items()
+    }
+    return Policies(**values)  # type: ignore[arg-type]
+
+
+def _table_route(
+    table: TableId, reader: FieldReader, defaults: Policies, cache_prefix: str
+) -> TableRoute:
+    reader.reject_unknown(_TABLE_KEYS)
+    return TableRoute(
+        table=table,
+        columns=reader.str_list("columns"),
+        rename=reader.str_map("rename"),
+        search=_search_route(reader, table),
+        cache=_cache_route(reader, cache_prefix),
+        delta=_delta_route(reader, table),
+        policies=_policies(reader, defaults),
+    )
+
+
+def _section(reader: FieldReader, name: str) -> FieldReader | None:
+    """A sink section: absent or `false` disables the sink for this table."""
+    value = reader.data.get(name)
+    if value is False or value is None:
+        return None
+    return reader.child(name) if value is not True else FieldReader(reader.source, name, {})
+
+
+def _search_route(reader: FieldReader, table: TableId) -> SearchRoute | None:
+    section = _section(reader, "search")
+    if section is None:
+        return None
+    section.reject_unknown(("index", "mapping", "settings"))
+    mapping, settings = section.data.get("mapping", {}), section.data.get("settings", {})
+    for name, value in (("mapping", mapping), ("settings", settings)):
+        if not isinstance(value, Mapping):
+            raise section.error(name, "expected a mapping")
+    return SearchRoute(
+        index=section.str_("index", f"{table.schema}_{table.table}"),
+        mapping=mapping,
+        settings=settings,
+    )
+
+
+def _cache_route(reader: FieldReader, cache_prefix: str) -> CacheRoute | None:
+    section = _section(reader, "cache")
+    if section is None:
+        return None
+    section.reject_unknown(("prefix", "ttl_seconds"))
+    ttl = section.data.get("ttl_seconds")
+    return CacheRoute(
+        prefix=section.str_("prefix", cache_prefix),
+        ttl_seconds=None if ttl is None else section.int_("ttl_seconds", 0),
+    )
+
+
+def _delta_route(reader: FieldReader, table: TableId) -> DeltaRoute | None:
+    section = _section(reader, "delta")
+    if section is None:
+        return None
+    section.reject_unknown(("table", "partition_by"))
+    qualified = section.str_("table", str(table))
+    try:
+        target = TableId.parse(qualified)
+    except ValueError as exc:
+        raise section.error("table", str(exc)) from exc
+    return DeltaRoute(target.schema, target.table, section.str_list("partition_by") or ())

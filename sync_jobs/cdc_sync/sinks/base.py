@@ -1,0 +1,49 @@
+"""What every sink shares: results, error classes, the Sink protocol."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from cdc_sync.core.model import Change
+from cdc_sync.core.retry import TransientSinkError
+from cdc_sync.mapping import TableRoute
+from cdc_sync.schema import RowSchema
+
+__all__ = ["RecordFailure", "Sink", "TransientSinkError", "WriteResult"]
+
+
+@dataclass(frozen=True)
+class RecordFailure:
+    """A record the target refused for good (mapping conflict, wrong type): dead-lettered."""
+
+    change: Change
+    error_class: str  # e.g. "mapper_parsing_exception", "ResponseError"
+    message: str  # never contains row payloads
+
+
+@dataclass
+class WriteResult:
+    applied: int = 0
+    fenced: int = 0  # rejected by the target as older than what it holds: not an error
+    failures: list[RecordFailure] = field(default_factory=list)
+
+    def merge(self, other: WriteResult) -> WriteResult:
+        return WriteResult(
+            self.applied + other.applied,
+            self.fenced + other.fenced,
+            self.failures + other.failures,
+        )
+
+
+class Sink(Protocol):
+    name: str
+
+    def ensure_target(self, route: TableRoute, schema: RowSchema | None) -> None:
+        """Create the index/table or evolve it to `schema` (idempotent, no data writes)."""
+
+    def apply(self, route: TableRoute, changes: Sequence[Change]) -> WriteResult:
+        """Write compacted, routed changes; per-record terminal failures come back in the result."""
+
+    def close(self) -> None: ...

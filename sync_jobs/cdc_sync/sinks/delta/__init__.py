@@ -1,0 +1,62 @@
+"""Warehouse sink: one Delta table per routed table, fenced MERGE by `_cdc_version`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Protocol
+
+from deltalake.exceptions import CommitFailedError
+
+from cdc_sync.core.model import Change
+from cdc_sync.core.retry import retried
+from cdc_sync.mapping import DeltaRoute, TableRoute
+from cdc_sync.schema import RowSchema
+from cdc_sync.schema.arrow import arrow_schema
+from cdc_sync.sinks.base import WriteResult
+from cdc_sync.sinks.delta.actions import DeltaActions, to_actions
+from cdc_sync.sinks.delta.client import DeltaLakeWriter
+from cdc_sync.sinks.delta.target import ensure_table
+
+
+class DeltaWriter(Protocol):
+    def write_batch(self, route: DeltaRoute, actions: DeltaActions) -> WriteResult: ...
+
+
+def is_transient(exc: BaseException) -> bool:
+    # A concurrent commit or a flaky filesystem may pass; anything else is a bug or bad data.
+    return isinstance(exc, CommitFailedError | OSError)
+
+
+class DeltaSink:
+    name = "delta"
+
+    def __init__(
+        self, warehouse: Path, tombstone_retention_seconds: int, writer: DeltaWriter | None = None
+    ) -> None:
+        self.warehouse = warehouse
+        self.writer = writer or DeltaLakeWriter(warehouse, tombstone_retention_seconds)
+
+    def ensure_target(self, route: TableRoute, schema: RowSchema | None) -> None:
+        if route.delta is None or schema is None:
+            return
+        delta = route.delta
+        retried(
+            lambda: ensure_table(self.warehouse, delta, arrow_schema(schema)),
+            is_transient,
+            f"delta ensure_target {delta.relative_path()}",
+        )
+
+    def apply(self, route: TableRoute, changes: Sequence[Change]) -> WriteResult:
+        delta = route.delta
+        actions = to_actions(route, changes) if delta is not None else None
+        if delta is None or actions is None:
+            return WriteResult()
+        return retried(
+            lambda: self.writer.write_batch(delta, actions),
+            is_transient,
+            f"delta merge {delta.relative_path()}",
+        )
+
+    def close(self) -> None:
+        return None

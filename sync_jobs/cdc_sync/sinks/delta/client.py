@@ -1,0 +1,56 @@
+"""Fenced writes to Delta through deltalake (delta-rs): tombstones first, then one MERGE."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow.compute as pc
+
+from cdc_sync.mapping import DeltaRoute
+from cdc_sync.sinks.base import WriteResult
+from cdc_sync.sinks.delta.actions import DELETED, DeltaActions
+from cdc_sync.sinks.delta.merge_plan import datafusion_quote, merge_plan
+from cdc_sync.sinks.delta.target import open_table, table_path
+from cdc_sync.sinks.delta.tombstones import TombstoneStore
+
+
+class DeltaLakeWriter:
+    def __init__(self, warehouse: Path, tombstone_retention_seconds: int) -> None:
+        self.warehouse = warehouse
+        self.tombstones = TombstoneStore(warehouse, tombstone_retention_seconds)
+
+    def write_batch(self, route: DeltaRoute, actions: DeltaActions) -> WriteResult:
+        self.tombstones.record(route, actions)
+        source, fenced = self.tombstones.drop_fenced(route, actions)
+        if source.num_rows == 0:
+            return WriteResult(fenced=fenced)
+        table = open_table(table_path(self.warehouse, route))
+        if table is None and not pc.any(pc.invert(source[DELETED])).as_py():
+            # Deletes of rows the table never held (it does not exist yet): the tombstones
+            # recorded above are all there is to do.
+            return WriteResult(applied=source.num_rows, fenced=fenced)
+        if table is None:
+            raise RuntimeError(f"Delta table {route.relative_path()} missing: ensure_target first")
+        plan = merge_plan(actions, datafusion_quote)
+        metrics = (
+            table.merge(source, predicate=plan.predicate, source_alias="s", target_alias="t")
+            .when_matched_delete(predicate=plan.delete_when)
+            .when_matched_update(updates=plan.updates, predicate=plan.update_when)
+            .when_not_matched_insert(updates=plan.inserts, predicate=plan.insert_when)
+            .execute()
+        )
+        changed = sum(
+            int(metrics.get(name, 0))
+            for name in (
+                "num_target_rows_inserted",
+                "num_target_rows_updated",
+                "num_target_rows_deleted",
+            )
+        )
+        upserts = int(pc.sum(pc.invert(source[DELETED])).as_py() or 0)
+        deletes = source.num_rows - upserts
+        # A delete of a key the table never held still applied: its tombstone is recorded.
+        missing_deletes = max(0, deletes - int(metrics.get("num_target_rows_deleted", 0)))
+        applied = min(source.num_rows, changed + missing_deletes)
+        self.tombstones.maybe_prune(route)
+        return WriteResult(applied=applied, fenced=fenced + source.num_rows - applied)

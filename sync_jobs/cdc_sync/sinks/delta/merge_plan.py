@@ -1,0 +1,72 @@
+"""The fenced MERGE, as SQL expressions shared by the deltalake and delta-spark writers.
+
+    MERGE INTO t USING s ON <key equality>
+    WHEN MATCHED AND s._cdc_deleted AND s._cdc_version > t._cdc_version THEN DELETE
+    WHEN MATCHED AND NOT s._cdc_deleted AND s._cdc_version > t._cdc_version THEN UPDATE SET
+         col = CASE WHEN s._cdc_keep__col THEN t.col ELSE s.col END, ...
+    WHEN NOT MATCHED AND NOT s._cdc_deleted THEN INSERT ...
+
+Equal versions are skipped: re-applying a batch is a no-op (invariant 3).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from cdc_sync.sinks.delta.actions import (
+    DELETED,
+    METADATA_FIELDS,
+    VERSION,
+    DeltaActions,
+    keep_flag,
+)
+
+Quote = Callable[[str], str]
+
+
+def datafusion_quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def spark_quote(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+@dataclass(frozen=True)
+class MergePlan:
+    predicate: str
+    delete_when: str
+    update_when: str
+    updates: dict[str, str]
+    insert_when: str
+    inserts: dict[str, str]
+
+
+def merge_plan(actions: DeltaActions, quote: Quote) -> MergePlan:
+    def s(col: str) -> str:
+        return f"s.{quote(col)}"
+
+    def t(col: str) -> str:
+        return f"t.{quote(col)}"
+
+    newer = f"{s(VERSION)} > {t(VERSION)}"
+    written = [*actions.data_columns, *(f.name for f in METADATA_FIELDS)]
+    updates = {}
+    for column in written:
+        if column in actions.key_columns:
+            continue
+        if column in actions.kept_columns:
+            updates[quote(column)] = (
+                f"CASE WHEN {s(keep_flag(column))} THEN {t(column)} ELSE {s(column)} END"
+            )
+        else:
+            updates[quote(column)] = s(column)
+    return MergePlan(
+        predicate=" AND ".join(f"{t(k)} = {s(k)}" for k in actions.key_columns),
+        delete_when=f"{s(DELETED)} AND {newer}",
+        update_when=f"NOT {s(DELETED)} AND {newer}",
+        updates=updates,
+        insert_when=f"NOT {s(DELETED)}",
+        inserts={quote(column): s(column) for column in written},
+    )

@@ -1,0 +1,113 @@
+"""Delta table setup, separate from data writes: create, and evolve by adding columns."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pyarrow as pa
+from deltalake import DeltaTable, Field, write_deltalake
+from deltalake.exceptions import TableNotFoundError
+
+from cdc_sync.mapping import DeltaRoute
+from cdc_sync.sinks.delta.actions import METADATA_FIELDS, VERSION
+
+log = logging.getLogger(__name__)
+
+TOMBSTONE_ROOT = "_cdc_tombstones"
+TOMBSTONE_ID = "_cdc_id"
+TOMBSTONE_DELETED_AT = "_cdc_deleted_at"
+TOMBSTONE_SCHEMA = pa.schema(
+    [
+        pa.field(TOMBSTONE_ID, pa.string(), nullable=False),
+        pa.field(VERSION, pa.int64(), nullable=False),
+        pa.field(TOMBSTONE_DELETED_AT, pa.timestamp("us", tz="UTC"), nullable=False),
+    ]
+)
+
+
+def table_path(warehouse: Path, route: DeltaRoute) -> Path:
+    return warehouse / route.relative_path()
+
+
+def tombstone_path(warehouse: Path, route: DeltaRoute) -> Path:
+    """Deleted keys with their delete version: fences stale updates after a delete."""
+    return warehouse / TOMBSTONE_ROOT / route.relative_path()
+
+
+def open_table(path: Path) -> DeltaTable | None:
+    try:
+        return DeltaTable(str(path))
+    except TableNotFoundError:
+        return None
+
+
+def target_schema(row_schema: pa.Schema) -> pa.Schema:
+    fields = [f.with_nullable(True) for f in row_schema if not f.name.startswith("_cdc_")]
+    return pa.schema([*fields, *METADATA_FIELDS])
+
+
+def ensure_table(warehouse: Path, route: DeltaRoute, row_schema: pa.Schema) -> list[str]:
+    """Create the table, or add the columns it lacks. Returns the added column names."""
+    path = table_path(warehouse, route)
+    wanted = target_schema(row_schema)
+    table = open_table(path)
+    if table is None:
+        path.mkdir(parents=True, exist_ok=True)
+        DeltaTable.create(
+            str(path),
+            schema=wanted,
+            mode="ignore",
+            partition_by=list(route.partition_by) or None,
+            name=f"{route.schema}.{route.table}",
+        )
+        log.info("created Delta table %s.%s at %s", route.schema, route.table, path)
+        ensure_tombstones(warehouse, route)
+        return list(wanted.names)
+    current = pa.schema(table.schema().to_arrow())
+    widened = [f for f in wanted if f.name in current.names and _retyped(current.field(f.name), f)]
+    if widened:
+        table = _rewrite_widened(path, table, widened)
+        current = pa.schema(table.schema().to_arrow())
+    added = [f for f in wanted if f.name not in current.names]
+    if added:
+        table.alter.add_columns([Field.from_arrow(f) for f in added])
+        log.info("added columns %s to Delta table %s", [f.name for f in added], path)
+    ensure_tombstones(warehouse, route)
+    return [f.name for f in added]
+
+
+def _retyped(current: pa.Field, wanted: pa.Field) -> bool:
+    """A stored number column whose type differs from the wanted one. The job's schema-change
+    policy has already decided the change is a widening (`cdc_sync.schema.widening`); only
+    numbers widen, and other types may read back from Delta in another representation (string
+    views, list field names) that needs no rewrite."""
+    numeric = (pa.types.is_integer, pa.types.is_floating, pa.types.is_decimal)
+    both_numeric = any(f(current.type) for f in numeric) and any(f(wanted.type) for f in numeric)
+    return both_numeric and current.type != wanted.type
+
+
+def _rewrite_widened(path: Path, table: DeltaTable, widened: list[pa.Field]) -> DeltaTable:
+    """Delta (delta-rs) cannot change a column type in place: rewrite the table with the wider
+    types, as one new version (older versions stay readable by time travel). Costs a full
+    rewrite, which a type widening in the source is rare enough to afford."""
+    data = table.to_pyarrow_table()
+    for wanted in widened:
+        index = data.schema.get_field_index(wanted.name)
+        data = data.set_column(
+            index, wanted.with_nullable(True), data[wanted.name].cast(wanted.type)
+        )
+    write_deltalake(str(path), data, mode="overwrite", schema_mode="overwrite")
+    log.warning(
+        "widened columns %s of Delta table %s (table rewritten)",
+        [f"{f.name}: {f.type}" for f in widened],
+        path,
+    )
+    return DeltaTable(str(path))
+
+
+def ensure_tombstones(warehouse: Path, route: DeltaRoute) -> None:
+    path = tombstone_path(warehouse, route)
+    if open_table(path) is None:
+        path.mkdir(parents=True, exist_ok=True)
+        DeltaTable.create(str(path), schema=TOMBSTONE_SCHEMA, mode="ignore")

@@ -1,0 +1,101 @@
+"""Delete tombstones of a Delta table: the one home of delete fencing for both Delta writers.
+
+A Delta MERGE cannot fence an upsert against a row that is gone, so each delete is remembered in
+a small Delta table (`<warehouse>/_cdc_tombstones/<schema>/<table>`: id, version, deleted_at) for
+the tombstone retention. Upserts not newer than a remembered delete of their key are stale and
+dropped before the MERGE. Both writers (deltalake and delta-spark) keep it through deltalake: the
+table is small, and one code path means one behaviour (pruning included).
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from cdc_sync.mapping import DeltaRoute
+from cdc_sync.sinks.delta.actions import VERSION, DeltaActions
+from cdc_sync.sinks.delta.merge_plan import datafusion_quote
+from cdc_sync.sinks.delta.target import (
+    TOMBSTONE_DELETED_AT,
+    TOMBSTONE_ID,
+    TOMBSTONE_SCHEMA,
+    ensure_tombstones,
+    open_table,
+    tombstone_path,
+)
+
+
+class TombstoneStore:
+    def __init__(self, warehouse: Path, retention_seconds: int) -> None:
+        self.warehouse = warehouse
+        self.retention = timedelta(seconds=retention_seconds)
+        self._last_prune: dict[str, float] = {}
+
+    def record(self, route: DeltaRoute, actions: DeltaActions) -> None:
+        """Remember the batch's deletes (a newer delete of a key replaces an older one)."""
+        deleted = actions.deleted_ids
+        if not deleted:
+            return
+        now = datetime.now(tz=UTC)
+        source = pa.table(
+            {
+                TOMBSTONE_ID: [doc_id for doc_id, _ in deleted],
+                VERSION: [version for _, version in deleted],
+                TOMBSTONE_DELETED_AT: [now] * len(deleted),
+            },
+            schema=TOMBSTONE_SCHEMA,
+        )
+        ensure_tombstones(self.warehouse, route)  # a delete may come before any upsert
+        table = open_table(tombstone_path(self.warehouse, route))
+        assert table is not None
+        q = datafusion_quote
+        (
+            table.merge(
+                source,
+                predicate=f"t.{q(TOMBSTONE_ID)} = s.{q(TOMBSTONE_ID)}",
+                source_alias="s",
+                target_alias="t",
+            )
+            .when_matched_update_all(predicate=f"s.{q(VERSION)} > t.{q(VERSION)}")
+            .when_not_matched_insert_all()
+            .execute()
+        )
+
+    def drop_fenced(self, route: DeltaRoute, actions: DeltaActions) -> tuple[pa.Table, int]:
+        """The batch's source rows without the stale upserts, and how many were dropped."""
+        upsert_ids = {c.doc_id: c.version for c in actions.changes if not c.is_delete}
+        table = open_table(tombstone_path(self.warehouse, route))
+        if not upsert_ids or table is None:
+            return actions.source, 0
+        # The tombstone table is small (pruned after the retention): filter in memory, where
+        # delta-rs' string_view columns compare fine with a plain string value set.
+        stones = table.to_pyarrow_table(columns=[TOMBSTONE_ID, VERSION])
+        ids = stones[TOMBSTONE_ID].cast(pa.string())
+        stones = pa.table({TOMBSTONE_ID: ids, VERSION: stones[VERSION]}).filter(
+            pc.is_in(ids, value_set=pa.array(list(upsert_ids), type=pa.string()))
+        )
+        deleted_at = dict(
+            zip(stones[TOMBSTONE_ID].to_pylist(), stones[VERSION].to_pylist(), strict=True)
+        )
+        keep = [
+            change.is_delete or change.version > deleted_at.get(change.doc_id, -1)
+            for change in actions.changes
+        ]
+        fenced = keep.count(False)
+        return (actions.source.filter(pa.array(keep)) if fenced else actions.source), fenced
+
+    def maybe_prune(self, route: DeltaRoute) -> None:
+        """Forget tombstones older than the retention, at most every tenth of it."""
+        path = tombstone_path(self.warehouse, route)
+        now = time.monotonic()
+        if now - self._last_prune.get(str(path), 0.0) < self.retention.total_seconds() / 10:
+            return
+        self._last_prune[str(path)] = now
+        table = open_table(path)
+        if table is not None:
+            cutoff = (datetime.now(tz=UTC) - self.retention).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+            table.delete(f"{datafusion_quote(TOMBSTONE_DELETED_AT)} < '{cutoff}'")

@@ -1,0 +1,51 @@
+"""Cache sink (Redis): one HASH per row (`row` JSON + `version`), fenced by `apply.lua`.
+
+Deletes remove the row key and leave a tombstone key holding the delete's version for the
+tombstone retention, so a stale update after a delete does not resurrect the row. A route's
+`ttl_seconds` expires row keys; once a row key has expired nothing fences an older replay of it,
+which is the usual trade of an expiring cache.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from cdc_sync.core.model import Change
+from cdc_sync.mapping import TableRoute
+from cdc_sync.schema import RowSchema
+from cdc_sync.sinks.base import WriteResult
+from cdc_sync.sinks.redis.actions import to_actions
+from cdc_sync.sinks.redis.client import RedisWriter
+
+__all__ = ["RedisSink"]
+
+
+class RedisSink:
+    name = "redis"
+
+    def __init__(self, url: str, tombstone_retention_seconds: int) -> None:
+        if tombstone_retention_seconds <= 0:
+            raise ValueError("tombstone_retention_seconds must be positive")
+        # The client's own retries are off: retry_transient owns retrying (one backoff policy).
+        self.client = redis.Redis.from_url(url, retry=Retry(NoBackoff(), 0))
+        self.writer = RedisWriter(self.client, tombstone_retention_seconds)
+        self._script_loaded = False
+
+    def ensure_target(self, route: TableRoute, schema: RowSchema | None) -> None:
+        # Nothing to create per table; load the script once so a bad server fails early.
+        if route.cache is not None and not self._script_loaded:
+            self.writer.load_script()
+            self._script_loaded = True
+
+    def apply(self, route: TableRoute, changes: Sequence[Change]) -> WriteResult:
+        actions = to_actions(route, changes)
+        if not actions:
+            return WriteResult()
+        return self.writer.write_batch(actions)
+
+    def close(self) -> None:
+        self.client.close()

@@ -1,0 +1,71 @@
+"""Pure conversion: compacted, routed changes -> arguments of the fenced apply script (no I/O)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from cdc_sync.core.model import Change
+from cdc_sync.mapping import TableRoute
+from cdc_sync.sinks.documents import json_document
+
+# LSNs are unsigned 64-bit: at most 20 decimal digits. apply.lua compares versions as strings of
+# this fixed width (Lua numbers are doubles and cannot hold every LSN exactly).
+VERSION_WIDTH = 20
+
+
+def version_string(version: int) -> str:
+    if not 0 <= version < 10**VERSION_WIDTH:
+        raise ValueError(f"version {version} does not fit {VERSION_WIDTH} decimal digits")
+    return f"{version:0{VERSION_WIDTH}d}"
+
+
+@dataclass(frozen=True)
+class CacheAction:
+    change: Change
+    key: str
+    tombstone_key: str
+    op: Literal["upsert", "delete"]
+    version: str  # zero-padded, see VERSION_WIDTH
+    row_json: str  # "" for deletes
+    unavailable: tuple[str, ...]  # unchanged TOAST columns, merged from the stored row
+    ttl_seconds: int  # row key expiry; 0 = none
+
+    def script_keys(self) -> list[str]:
+        return [self.key, self.tombstone_key]
+
+    def script_args(self, tombstone_retention_seconds: int) -> list[str | int]:
+        return [
+            self.op,
+            self.version,
+            self.row_json,
+            json.dumps(list(self.unavailable)),
+            self.ttl_seconds,
+            tombstone_retention_seconds,
+        ]
+
+
+def to_actions(route: TableRoute, changes: Sequence[Change]) -> list[CacheAction]:
+    cache = route.cache
+    if cache is None:
+        return []
+    ttl = cache.ttl_seconds or 0
+    actions = []
+    for change in changes:
+        key = cache.key(change.table, change.doc_id)
+        stone = cache.tombstone_key(change.table, change.doc_id)
+        version = version_string(change.version)
+        if change.is_delete or change.row is None:
+            actions.append(CacheAction(change, key, stone, "delete", version, "", (), 0))
+            continue
+        unavailable = tuple(sorted(change.unavailable_columns))
+        # The script splices stored values in for these names: they must not be in the row.
+        row = {k: v for k, v in change.row.items() if k not in change.unavailable_columns}
+        document = json_document(row, change.schema)
+        row_json = json.dumps(document, separators=(",", ":"), ensure_ascii=False)
+        actions.append(
+            CacheAction(change, key, stone, "upsert", version, row_json, unavailable, ttl)
+        )
+    return actions

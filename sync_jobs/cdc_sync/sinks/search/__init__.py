@@ -1,0 +1,78 @@
+"""Search sink (Elasticsearch / OpenSearch): one index per routed table behind its alias.
+
+Fenced by `version_type=external_gte` with the LSN as version; deletes are versioned and kept as
+tombstones for `index.gc_deletes` (= the mapping's tombstone retention). Refresh is left to the
+index's refresh policy (users choose it); `refresh(alias)` is there for tests and tools.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from cdc_sync.core.model import Change
+from cdc_sync.core.retry import retried
+from cdc_sync.mapping import TableRoute
+from cdc_sync.schema import RowSchema
+from cdc_sync.sinks.base import WriteResult
+from cdc_sync.sinks.search.actions import to_actions
+from cdc_sync.sinks.search.backends import (
+    CLIENT_KINDS,
+    SearchBackend,
+    connect,
+    is_transient,
+    server_distribution,
+)
+from cdc_sync.sinks.search.client import SearchWriter
+from cdc_sync.sinks.search.target import ensure_index
+
+__all__ = ["CLIENT_KINDS", "SearchSink"]
+
+
+class SearchSink:
+    name = "search"
+
+    def __init__(
+        self,
+        client_kind: str,
+        url: str,
+        tombstone_retention_seconds: int,
+        *,
+        compat_headers: bool | None = None,
+    ) -> None:
+        """`compat_headers` (elasticsearch client only): Elasticsearch's `compatible-with=N`
+        media types, which OpenSearch-API servers (the local stack's osmem-server) reject with
+        HTTP 406. None = ask the server: on for Elasticsearch, off for an OpenSearch API.
+        """
+        if tombstone_retention_seconds <= 0:
+            raise ValueError("tombstone_retention_seconds must be positive")
+        if compat_headers is None:
+            compat_headers = (
+                client_kind == "elasticsearch" and server_distribution(url) != "opensearch"
+            )
+        self.client_kind = client_kind
+        self.backend: SearchBackend = connect(client_kind, url, compat_headers)
+        self.tombstone_retention_seconds = tombstone_retention_seconds
+        self.writer = SearchWriter(self.backend)
+
+    def ensure_target(self, route: TableRoute, schema: RowSchema | None) -> None:
+        search = route.search
+        if search is None:
+            return
+        retried(
+            lambda: ensure_index(self.backend, search, schema, self.tombstone_retention_seconds),
+            is_transient,
+            f"search ensure_target {search.index}",
+        )
+
+    def apply(self, route: TableRoute, changes: Sequence[Change]) -> WriteResult:
+        actions = to_actions(route, changes)
+        if actions is None:
+            return WriteResult()
+        return self.writer.write_batch(actions)
+
+    def refresh(self, alias: str) -> None:
+        """Make writes searchable now (tests); production relies on the index refresh policy."""
+        self.backend.refresh(alias)
+
+    def close(self) -> None:
+        self.backend.close()

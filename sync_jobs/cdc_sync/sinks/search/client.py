@@ -1,0 +1,129 @@
+"""Versioned bulk writes: fill unchanged TOAST fields, send, classify every item.
+
+Per item (bulk answers are in request order): 2xx applied; 404 on a delete applied (the document
+was already gone, and the versioned delete still records the tombstone); 409 fenced (the index
+holds a newer or equal-and-newer version); 429/5xx transient (only those items are re-sent, with
+backoff); any other status terminal -> RecordFailure named by the item's `error.type`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from cdc_sync.core.retry import DEFAULT_POLICY, RetryPolicy, retried
+from cdc_sync.sinks.base import RecordFailure, WriteResult
+from cdc_sync.sinks.search.actions import BulkAction, SearchActions, bulk_operations
+from cdc_sync.sinks.search.backends import SearchBackend, is_transient, is_transient_status
+
+T = TypeVar("T")
+log = logging.getLogger(__name__)
+
+BULK_CHUNK = 500  # actions per `_bulk` request
+
+
+class SearchWriter:
+    def __init__(
+        self,
+        backend: SearchBackend,
+        policy: RetryPolicy = DEFAULT_POLICY,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.backend = backend
+        self.policy = policy
+        self.sleep = sleep
+
+    def write_batch(self, actions: SearchActions) -> WriteResult:
+        result = WriteResult()
+        for start in range(0, len(actions.actions), BULK_CHUNK):
+            chunk = actions.actions[start : start + BULK_CHUNK]
+            filled = self._fill_unavailable(actions.alias, chunk)
+            result = result.merge(self._bulk_with_item_retries(actions.alias, filled))
+        return result
+
+    def _fill_unavailable(self, alias: str, chunk: Sequence[BulkAction]) -> list[BulkAction]:
+        """Unchanged TOAST columns are absent from the change: take them from the stored doc."""
+        ids = sorted({a.doc_id for a in chunk if a.unavailable_fields})
+        if not ids:
+            return list(chunk)
+        docs = self._call(lambda: self.backend.mget(alias, ids), f"search mget {alias}")
+        stored = {d["_id"]: d.get("_source", {}) for d in docs if d.get("found")}
+        return [
+            a.with_stored_fields(stored[a.doc_id])
+            if a.unavailable_fields and a.doc_id in stored
+            else a
+            for a in chunk
+        ]
+
+    def _bulk_with_item_retries(self, alias: str, chunk: list[BulkAction]) -> WriteResult:
+        """Items answered 429/5xx are re-sent (only those) under the same retry policy as a
+        failed request; the other items' outcomes are kept from the attempt that answered."""
+        result = WriteResult()
+        pending = chunk
+
+        def attempt() -> WriteResult:
+            nonlocal result, pending
+            answer = self.backend.bulk(bulk_operations(alias, pending))
+            done, pending = classify_items(pending, answer.get("items", []))
+            result = result.merge(done)
+            if pending:
+                raise ItemsToRetry(len(pending))
+            return result
+
+        return self._call(attempt, f"search bulk {alias}")
+
+    def _call(self, action: Callable[[], T], what: str) -> T:
+        return retried(action, is_retryable, what, self.policy, self.sleep)
+
+
+class ItemsToRetry(Exception):
+    """Some bulk items answered 429/5xx: the request is retried for those items."""
+
+    def __init__(self, count: int) -> None:
+        super().__init__(f"{count} items answered 429/5xx")
+
+
+def is_retryable(exc: BaseException) -> bool:
+    return isinstance(exc, ItemsToRetry) or is_transient(exc)
+
+
+def classify_items(
+    actions: Sequence[BulkAction], items: Sequence[dict[str, Any]]
+) -> tuple[WriteResult, list[BulkAction]]:
+    """Sort bulk answer items into applied / fenced / failures, and the actions to re-send."""
+    if len(items) != len(actions):
+        raise RuntimeError(f"search bulk answered {len(items)} items for {len(actions)} actions")
+    result = WriteResult()
+    retry: list[BulkAction] = []
+    for action, item in zip(actions, items, strict=True):
+        outcome: dict[str, Any] = item.get(action.op) or next(iter(item.values()), {})
+        status = outcome.get("status")
+        if (isinstance(status, int) and 200 <= status < 300) or (
+            status == 404 and action.op == "delete"
+        ):
+            result.applied += 1
+        elif status == 409:
+            result.fenced += 1
+        elif is_transient_status(status):
+            retry.append(action)
+        else:
+            result.failures.append(_failure(action, status, outcome.get("error")))
+    return result, retry
+
+
+def _failure(action: BulkAction, status: object, error: object) -> RecordFailure:
+    # The error's `reason` can quote field values (a payload): only types go into the message.
+    error_class = "unknown_error"
+    caused_by = ""
+    if isinstance(error, dict):
+        error_class = str(error.get("type", error_class))
+        cause = error.get("caused_by")
+        if isinstance(cause, dict) and cause.get("type"):
+            caused_by = f", caused by {cause['type']}"
+    return RecordFailure(
+        change=action.change,
+        error_class=error_class,
+        message=f"search {action.op} answered {status}: {error_class}{caused_by}",
+    )

@@ -1,0 +1,327 @@
+"""``cdc_kafka``: a Spark 4 Python Data Source streaming Kafka topics through confluent-kafka.
+
+Used where Spark's built-in kafka source (a jar) is not on the classpath. Output schema and
+offset JSON are those of the built-in source, so the job downstream does not care which one
+runs. Spark runs ``latestOffset``/``partitions`` in a long-lived driver-side Python worker and
+``read`` in executor Python workers on a pickled copy of the reader.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message
+from confluent_kafka import TopicPartition as KafkaTopicPartition
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import (
+    BinaryType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from cdc_sync.core.kafka_clients import consumer_config
+from cdc_sync.source.offsets import (
+    OffsetJson,
+    PartitionOffsets,
+    PartitionRange,
+    TopicPartition,
+    cap_total,
+    from_offset_json,
+    ranges_between,
+    to_offset_json,
+)
+from cdc_sync.source.options import (
+    EARLIEST,
+    LATEST,
+    SOURCE_NAME,
+    KafkaSourceOptions,
+    parse_options,
+)
+
+log = logging.getLogger(__name__)
+
+KAFKA_SCHEMA = StructType(
+    [
+        StructField("key", BinaryType()),
+        StructField("value", BinaryType()),
+        StructField("topic", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("offset", LongType()),
+        StructField("timestamp", TimestampType()),
+        StructField("timestampType", IntegerType()),
+    ]
+)
+# Python workers check a yielded RecordBatch against exactly this Arrow schema.
+ARROW_SCHEMA = to_arrow_schema(KAFKA_SCHEMA, timezone="UTC")
+ROWS_PER_ARROW_BATCH = 10_000
+METADATA_TIMEOUT_S = 10.0
+
+
+class KafkaPartitionRange(InputPartition):
+    """One Spark task: read ``[start, end)`` of one topic-partition."""
+
+    def __init__(self, span: PartitionRange) -> None:
+        super().__init__(span)
+        self.span = span
+
+
+class KafkaRangeUnreachable(RuntimeError):
+    """Records of a planned range did not arrive before the fetch timeout."""
+
+    def __init__(self, span: PartitionRange, next_offset: int, timeout_ms: int) -> None:
+        super().__init__(
+            f"{SOURCE_NAME}: topic {span.topic!r} partition {span.partition}: offset "
+            f"{next_offset} of planned range [{span.start}, {span.end}) not readable within "
+            f"{timeout_ms} ms (option cdc.kafka.fetchTimeoutMs); was the topic deleted or "
+            "truncated, or is the broker unreachable?"
+        )
+        self.span = span
+        self.next_offset = next_offset
+
+
+class CdcKafkaDataSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return SOURCE_NAME
+
+    def schema(self) -> StructType:
+        return KAFKA_SCHEMA
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return CdcKafkaStreamReader(parse_options(self.options))
+
+
+def _consumer(options: KafkaSourceOptions, **overrides: Any) -> Consumer:
+    config = consumer_config(options.bootstrap, options.flavor, **overrides)
+    config.update(dict(options.consumer_overrides))
+    return Consumer(config)
+
+
+class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, options: KafkaSourceOptions) -> None:
+        self.options = options
+        self._metadata_consumer: Consumer | None = None
+        # Set by prepareForTriggerAvailableNow: latestOffset never goes past it.
+        self._available_now_target: PartitionOffsets | None = None
+
+    # The driver-side consumer holds sockets and threads: never pickle it to executors.
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_metadata_consumer"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
+    @property
+    def metadata_consumer(self) -> Consumer:
+        if self._metadata_consumer is None:
+            self._metadata_consumer = _consumer(self.options)
+        return self._metadata_consumer
+
+    # ---- driver side -------------------------------------------------------------------------
+
+    def _partitions(self) -> list[TopicPartition]:
+        metadata = self.metadata_consumer.list_topics(timeout=METADATA_TIMEOUT_S)
+        found: list[TopicPartition] = []
+        for topic_name, topic in metadata.topics.items():
+            if topic.error is not None or not self.options.matches(topic_name):
+                continue
+            found.extend((topic_name, partition) for partition in topic.partitions)
+        return sorted(found)
+
+    def _watermarks(
+        self, partitions: Sequence[TopicPartition]
+    ) -> dict[TopicPartition, tuple[int, int]]:
+        marks = {}
+        for topic, partition in partitions:
+            low, high = self.metadata_consumer.get_watermark_offsets(
+                KafkaTopicPartition(topic, partition), timeout=METADATA_TIMEOUT_S, cached=False
+            )
+            marks[(topic, partition)] = (int(low), int(high))
+        return marks
+
+    def _high_watermarks(self) -> PartitionOffsets:
+        return {tp: high for tp, (_, high) in self._watermarks(self._partitions()).items()}
+
+    def initialOffset(self) -> OffsetJson:
+        starting = self.options.starting
+        marks = self._watermarks(self._partitions())
+        if starting == "latest":
+            return to_offset_json({tp: high for tp, (_, high) in marks.items()})
+        if starting == "earliest":
+            return to_offset_json({tp: low for tp, (low, _) in marks.items()})
+        assert isinstance(starting, dict)
+        initial: PartitionOffsets = {tp: low for tp, (low, _) in marks.items()}
+        for tp, offset in starting.items():
+            low, high = marks.get(tp, (0, 0))
+            initial[tp] = low if offset == EARLIEST else high if offset == LATEST else offset
+        return to_offset_json(initial)
+
+    def latestOffset(
+        self, start: Mapping[str, Mapping[str, int]] | None = None, limit: ReadLimit | None = None
+    ) -> OffsetJson:
+        # Defaults keep the pre-4.2 zero-argument call working; Spark 4.2 inspects the
+        # signature and, seeing parameters, passes (start, limit) with admission control.
+        if limit is None:
+            limit = self.getDefaultReadLimit()
+        begin = from_offset_json(start)
+        if self._available_now_target is not None:
+            latest = dict(self._available_now_target)
+        else:
+            latest = self._high_watermarks()
+        # Never move a partition backwards, and keep partitions that disappeared from metadata
+        # (Spark requires offsets to be monotonic; a vanished topic just stops advancing).
+        end = dict(begin)
+        for tp, high in latest.items():
+            end[tp] = max(high, begin.get(tp, 0))
+        # Pre-4.2 calls carry no start, so there is nothing to cap against.
+        if isinstance(limit, ReadMaxRows) and start is not None:
+            end = {**end, **cap_total(begin, end, limit.max_rows)}
+        return to_offset_json(end)
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.options.max_offsets_per_trigger is not None:
+            return ReadMaxRows(self.options.max_offsets_per_trigger)
+        return ReadAllAvailable()
+
+    def reportLatestOffset(self) -> OffsetJson | None:
+        return to_offset_json(self._high_watermarks())
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._available_now_target = self._high_watermarks()
+
+    def partitions(
+        self, start: Mapping[str, Mapping[str, int]], end: Mapping[str, Mapping[str, int]]
+    ) -> Sequence[InputPartition]:
+        spans = ranges_between(from_offset_json(start), from_offset_json(end))
+        return [KafkaPartitionRange(span) for span in spans]
+
+    def commit(self, end: Mapping[str, Mapping[str, int]]) -> None:
+        # Nothing to do: Spark's checkpoint (offset log + commit log) is the source of truth
+        # for progress; committing to a Kafka consumer group as well would create a second
+        # truth that can disagree with the checkpoint after a failed batch is re-run.
+        return None
+
+    def stop(self) -> None:
+        if self._metadata_consumer is not None:
+            self._metadata_consumer.close()
+            self._metadata_consumer = None
+
+    # ---- executor side -----------------------------------------------------------------------
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, KafkaPartitionRange)
+        return read_range_arrow(self.options, partition.span)
+
+
+def consume_range(options: KafkaSourceOptions, span: PartitionRange) -> Iterator[Message]:
+    """Messages of ``[start, end)`` in offset order, skipping offsets the broker lost.
+
+    A start below the log start (retention) is reset to the earliest offset by the consumer
+    (``auto.offset.reset=earliest``); gaps inside the range (compaction, transaction markers)
+    simply never arrive. Reaching ``end`` is detected by a message at or past it or by the
+    partition-EOF event at or past it.
+    """
+    consumer = _consumer(options, **{"enable.partition.eof": True})
+    try:
+        consumer.assign([KafkaTopicPartition(span.topic, span.partition, span.start)])
+        next_offset = span.start
+        deadline = time.monotonic() + options.fetch_timeout_ms / 1000
+        while next_offset < span.end:
+            if time.monotonic() > deadline:
+                raise KafkaRangeUnreachable(span, next_offset, options.fetch_timeout_ms)
+            for message in consumer.consume(num_messages=1000, timeout=0.5):
+                error = message.error()
+                if error is not None:
+                    if error.code() == KafkaError._PARTITION_EOF:
+                        next_offset = max(next_offset, _offset(message))
+                        continue
+                    if error.fatal():
+                        raise KafkaException(error)
+                    # Transient (broker restart, leader move): the deadline bounds retrying.
+                    log.warning(
+                        "%s: topic %s partition %s offset %s: %s",
+                        SOURCE_NAME,
+                        span.topic,
+                        span.partition,
+                        next_offset,
+                        error.str(),
+                    )
+                    continue
+                offset = _offset(message)
+                if offset >= span.end:
+                    next_offset = span.end
+                    break
+                next_offset = offset + 1
+                deadline = time.monotonic() + options.fetch_timeout_ms / 1000
+                yield message
+    finally:
+        consumer.close()
+
+
+def _offset(message: Message) -> int:
+    offset = message.offset()
+    if offset is None:  # only for messages that carry no partition position
+        raise KafkaException(f"{SOURCE_NAME}: message without offset from {message.topic()}")
+    return offset
+
+
+def _timestamp(message: Message) -> tuple[int | None, int]:
+    """(epoch microseconds or None, Kafka timestampType id: 0 create, 1 log-append, -1 none)."""
+    kind, millis = message.timestamp()
+    # confluent-kafka numbers the types NOT_AVAILABLE=0, CREATE_TIME=1, LOG_APPEND_TIME=2.
+    return (millis * 1000 if kind else None), kind - 1
+
+
+def read_range_arrow(options: KafkaSourceOptions, span: PartitionRange) -> Iterator[pa.RecordBatch]:
+    keys: list[bytes | None] = []
+    values: list[bytes | None] = []
+    offsets: list[int] = []
+    timestamps: list[int | None] = []
+    kinds: list[int] = []
+
+    def flush() -> pa.RecordBatch:
+        rows = len(offsets)
+        batch = pa.RecordBatch.from_arrays(
+            [
+                pa.array(keys, pa.binary()),
+                pa.array(values, pa.binary()),
+                pa.array([span.topic] * rows, pa.string()),
+                pa.array([span.partition] * rows, pa.int32()),
+                pa.array(offsets, pa.int64()),
+                pa.array(timestamps, ARROW_SCHEMA.field("timestamp").type),
+                pa.array(kinds, pa.int32()),
+            ],
+            schema=ARROW_SCHEMA,
+        )
+        for column in (keys, values, offsets, timestamps, kinds):
+            column.clear()
+        return batch
+
+    for message in consume_range(options, span):
+        micros, kind = _timestamp(message)
+        keys.append(message.key())
+        values.append(message.value())
+        offsets.append(_offset(message))
+        timestamps.append(micros)
+        kinds.append(kind)
+        if len(offsets) >= ROWS_PER_ARROW_BATCH:
+            yield flush()
+    if offsets:
+        yield flush()

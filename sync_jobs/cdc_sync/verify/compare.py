@@ -1,0 +1,274 @@
+"""Convergence check: every sink holds exactly the source table's rows (DESIGN invariant 1).
+
+Reads the routed tables from Postgres and the documents, cache entries and Delta rows the
+conventions say they map to, canonicalises values (decimals, timestamps, JSON) so encodings
+that are equal by meaning compare equal, and reports per table and sink.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import urllib.request
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, time, timedelta
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import redis
+from deltalake import DeltaTable
+from deltalake.exceptions import TableNotFoundError
+from psycopg.abc import Buffer
+from psycopg.adapt import Loader
+
+from cdc_sync.core.model import KEY_SEPARATOR, TableId
+from cdc_sync.core.settings import Connections
+from cdc_sync.mapping import MappingFile, TableRoute
+from cdc_sync.schema.catalog import primary_key_columns
+
+Rows = dict[str, dict[str, Any]]  # doc id -> canonical row
+_NUMERIC = re.compile(r"-?\d+(\.\d+)?")
+_MONEY_NOISE = re.compile(rb"[^0-9.\-]")
+_ZONED_TIME = re.compile(r"\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}(:?\d{2})?)")
+
+
+@dataclass
+class SinkComparison:
+    sink: str
+    count: int
+    missing: list[str] = field(default_factory=list)  # ids in source, absent in sink
+    extra: list[str] = field(default_factory=list)  # ids in sink, absent in source
+    different: list[str] = field(default_factory=list)  # ids whose values differ
+
+    @property
+    def matches(self) -> bool:
+        return not (self.missing or self.extra or self.different)
+
+
+@dataclass
+class TableComparison:
+    table: TableId
+    source_count: int
+    sinks: list[SinkComparison]
+
+    @property
+    def matches(self) -> bool:
+        return all(s.matches for s in self.sinks)
+
+
+@dataclass
+class Report:
+    tables: list[TableComparison]
+
+    @property
+    def converged(self) -> bool:
+        return all(t.matches for t in self.tables)
+
+    def table(self) -> str:
+        sinks = sorted({s.sink for t in self.tables for s in t.sinks})
+        header = ["table", "source", *sinks, "match"]
+        lines = [header]
+        for comparison in self.tables:
+            counts = {s.sink: str(s.count) for s in comparison.sinks}
+            lines.append(
+                [
+                    str(comparison.table),
+                    str(comparison.source_count),
+                    *(counts.get(s, "-") for s in sinks),
+                    "yes" if comparison.matches else "NO",
+                ]
+            )
+        widths = [max(len(row[i]) for row in lines) for i in range(len(header))]
+        text = "\n".join(
+            "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in lines
+        )
+        problems = [
+            f"  {t.table} {s.sink}: missing {s.missing[:5]} extra {s.extra[:5]} "
+            f"different {s.different[:5]}"
+            for t in self.tables
+            for s in t.sinks
+            if not s.matches
+        ]
+        return "\n".join([text, *problems])
+
+
+class MoneyLoader(Loader):
+    """`money` as a Decimal: Postgres renders it with the locale's symbol and separators."""
+
+    def load(self, data: Buffer) -> Decimal:
+        return Decimal(_MONEY_NOISE.sub(b"", bytes(data)).decode("ascii"))
+
+
+def canonical(value: Any) -> Any:
+    """One representation per meaning: sinks encode decimals, times and JSON differently."""
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, int | float | Decimal):
+        return _number(value)
+    if isinstance(value, datetime):
+        aware = value if value.tzinfo else value.replace(tzinfo=UTC)
+        return aware.astimezone(UTC).isoformat()
+    if isinstance(value, time) and value.tzinfo is not None:
+        return _utc_time(value)
+    if isinstance(value, date | time):
+        return value.isoformat()
+    if isinstance(value, timedelta):  # intervals: Debezium's MicroDuration is microseconds
+        return _number(value // timedelta(microseconds=1))
+    if isinstance(value, bytes | bytearray | memoryview):
+        # JSON documents hold bytes as base64 text: compare in that form.
+        return _canonical_string(base64.b64encode(bytes(value)).decode("ascii"))
+    if isinstance(value, Mapping):
+        return json.dumps({k: canonical(v) for k, v in value.items()}, sort_keys=True)
+    if isinstance(value, list | tuple):
+        return [canonical(v) for v in value]
+    if isinstance(value, str):
+        return _canonical_string(value)
+    return str(value)
+
+
+def _utc_time(value: time) -> str:
+    moment = datetime.combine(date(2000, 1, 1), value).astimezone(UTC)
+    return moment.time().isoformat() + "Z"
+
+
+def _number(value: int | float | Decimal) -> str:
+    try:
+        normal = Decimal(str(value)).normalize()
+    except InvalidOperation:
+        return str(value)
+    return format(normal, "f")
+
+
+def _canonical_string(value: str) -> Any:
+    stripped = value.strip()
+    if stripped[:1] in "{[":
+        try:
+            return canonical(json.loads(stripped))
+        except ValueError:
+            return value
+    if _NUMERIC.fullmatch(stripped):
+        return _number(Decimal(stripped))
+    if _ZONED_TIME.fullmatch(stripped):  # timetz, as Debezium's ZonedTime writes it
+        try:
+            return _utc_time(time.fromisoformat(stripped))
+        except ValueError:
+            return value
+    if len(stripped) >= 19 and stripped[4:5] == "-" and stripped[10:11] in "T ":
+        try:
+            return canonical(datetime.fromisoformat(stripped.replace("Z", "+00:00")))
+        except ValueError:
+            return value
+    return value
+
+
+def canonical_row(row: Mapping[str, Any]) -> dict[str, Any]:
+    return {name: canonical(value) for name, value in row.items()}
+
+
+def doc_id(values: Iterable[Any]) -> str:
+    return KEY_SEPARATOR.join(str(v) for v in values)
+
+
+primary_key = primary_key_columns
+
+
+def source_rows(conn: psycopg.Connection[Any], route: TableRoute) -> Rows:
+    table = route.table
+    key = primary_key(conn, table)
+    with conn.cursor(row_factory=psycopg.rows.dict_row) as cursor:
+        cursor.execute(f'SELECT * FROM "{table.schema}"."{table.table}"')
+        return {doc_id(row[k] for k in key): canonical_row(route.project(row)) for row in cursor}
+
+
+def search_rows(search_url: str, route: TableRoute) -> Rows:
+    assert route.search is not None
+    alias = route.search.index
+    _http(f"{search_url}/{alias}/_refresh", {})
+    rows: Rows = {}
+    page = 1000
+    start = 0
+    while True:
+        answer = _http(
+            f"{search_url}/{alias}/_search",
+            {"query": {"match_all": {}}, "size": page, "from": start, "sort": ["_doc"]},
+        )
+        hits = answer["hits"]["hits"]
+        rows.update({hit["_id"]: canonical_row(hit["_source"]) for hit in hits})
+        if len(hits) < page:
+            return rows
+        start += page
+
+
+def cache_rows(client: redis.Redis, route: TableRoute) -> Rows:
+    assert route.cache is not None
+    prefix = route.cache.key(route.table, "")
+    rows: Rows = {}
+    for key in client.scan_iter(match=f"{prefix}*", count=1000):
+        stored = client.hget(key, "row")
+        if stored is not None:
+            rows[key.decode()[len(prefix) :]] = canonical_row(json.loads(stored))
+    return rows
+
+
+def delta_rows(warehouse: Path, route: TableRoute, key: list[str]) -> Rows:
+    assert route.delta is not None
+    try:
+        table = DeltaTable(str(warehouse / route.delta.relative_path())).to_pyarrow_table()
+    except TableNotFoundError:
+        return {}
+    key_names = [route.rename.get(k, k) for k in key]
+    rows: Rows = {}
+    for row in table.to_pylist():
+        data = {k: v for k, v in row.items() if not k.startswith("_cdc_")}
+        rows[doc_id(data[k] for k in key_names)] = canonical_row(data)
+    return rows
+
+
+def compare(sink: str, expected: Rows, actual: Rows) -> SinkComparison:
+    result = SinkComparison(sink, len(actual))
+    result.missing = sorted(set(expected) - set(actual))
+    result.extra = sorted(set(actual) - set(expected))
+    for ident in sorted(set(expected) & set(actual)):
+        # The source's columns decide: a column dropped in Postgres may stay in a sink (the
+        # evolve policy keeps it for older rows), and must not count as a difference.
+        wanted = expected[ident]
+        held = {name: actual[ident].get(name) for name in wanted}
+        if wanted != held:
+            result.different.append(ident)
+    return result
+
+
+def verify_all(mapping: MappingFile, connections: Connections) -> Report:
+    warehouse = Path(connections.require("warehouse"))
+    cache = redis.Redis.from_url(connections.redis_url) if connections.redis_url else None
+    tables: list[TableComparison] = []
+    with psycopg.connect(connections.require("pg_url")) as conn:
+        conn.adapters.register_loader("money", MoneyLoader)
+        for route in mapping.tables.values():
+            expected = source_rows(conn, route)
+            key = primary_key(conn, route.table)
+            actual: list[tuple[str, Rows]] = []
+            if route.search is not None:
+                actual.append(("search", search_rows(connections.require("search_url"), route)))
+            if route.cache is not None and cache is not None:
+                actual.append(("cache", cache_rows(cache, route)))
+            if route.delta is not None:
+                actual.append(("delta", delta_rows(warehouse, route, key)))
+            comparisons = [compare(name, expected, rows) for name, rows in actual]
+            tables.append(TableComparison(route.table, len(expected), comparisons))
+    return Report(tables)
+
+
+def _http(url: str, body: Mapping[str, Any]) -> Any:
+    request = urllib.request.Request(
+        url,
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json", "Accept": "application/json"},
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.loads(response.read())
