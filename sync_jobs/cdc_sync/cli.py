@@ -86,13 +86,18 @@ def cmd_mappings_validate(args: argparse.Namespace) -> int:
 
     from cdc_sync.debezium.connector import load_connector
     from cdc_sync.mapping import load_mapping
+    from cdc_sync.sinks.search.backends import open_backend
     from cdc_sync.verify.mapping_check import format_findings, live_search_fields, validate_mapping
 
     mapping = load_mapping(Path(args.mapping))
     connector_path = Path(args.connector) if args.connector else mapping.connector
     connector = load_connector(connector_path) if connector_path else None
     connections = _connections(args)
-    live = live_search_fields(connections.search_url, mapping) if connections.search_url else {}
+    live = (
+        live_search_fields(open_backend(connections.search_client, connections.search_url), mapping)
+        if connections.search_url
+        else {}
+    )
     with psycopg.connect(connections.require("pg_url")) as conn:
         findings = validate_mapping(mapping, conn, connector, live)
     if findings:

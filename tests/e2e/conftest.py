@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -24,7 +25,6 @@ from cdc_sync.demo.workload import create_demo_schema
 from cdc_sync.job.spark_session import build_spark
 from cdc_sync.mapping import MappingFile
 from tests.e2e.harness import SyncHarness, e2e_mapping
-from tests.e2e.sinks_state import http_json
 from tests.fixtures.services import KafkaEndpoint
 from tests.pg import drop_slot, private_database
 
@@ -168,8 +168,10 @@ def _clean_sinks(mapping: MappingFile, connections: Connections) -> None:
     client = redis.Redis.from_url(connections.require("redis_url"))
     client.flushdb()
     client.close()
+    search_url = connections.require("search_url")
     for route in mapping.tables.values():
         if route.search is not None:
             for name in (route.search.index, f"{route.search.index}_v1"):
+                request = urllib.request.Request(f"{search_url}/{name}", method="DELETE")
                 with contextlib.suppress(urllib.error.HTTPError):  # absent: nothing to clean
-                    http_json(f"{connections.require('search_url')}/{name}", method="DELETE")
+                    urllib.request.urlopen(request, timeout=30).close()

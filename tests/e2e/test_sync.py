@@ -21,6 +21,7 @@ from cdc_sync.connectors.signals import request_snapshot
 from cdc_sync.core.kafka_clients import consumer_config, producer_config
 from cdc_sync.debezium.connector import load_connector
 from cdc_sync.demo.workload import run_workload
+from cdc_sync.sinks.search.backends import open_backend
 from cdc_sync.verify.compare import cache_rows, delta_rows, search_rows
 from tests.e2e.cases import Case, load_cases, mismatches
 from tests.e2e.harness import SyncHarness
@@ -38,16 +39,16 @@ def test_case(pipeline: SyncHarness, case: Case) -> None:
     connections = pipeline.connections
     cache = redis.Redis.from_url(connections.require("redis_url"))
     warehouse = Path(connections.require("warehouse"))
+    search = open_backend(connections.search_client, connections.require("search_url"))
     problems: list[str] = []
     for table, expected in case.expect.items():
         route = pipeline.mapping.tables[table]
         key = pipeline.key_columns(table)
-        problems += mismatches(
-            "search", search_rows(connections.require("search_url"), route), expected
-        )
+        problems += mismatches("search", search_rows(search, route), expected)
         problems += mismatches("cache", cache_rows(cache, route), expected)
         problems += mismatches("delta", delta_rows(warehouse, route, key), expected)
     cache.close()
+    search.close()
     assert not problems, "\n".join(problems)
 
 

@@ -10,8 +10,7 @@ from __future__ import annotations
 import base64
 import json
 import re
-import urllib.request
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal, InvalidOperation
@@ -20,15 +19,17 @@ from typing import Any
 
 import psycopg
 import redis
-from deltalake import DeltaTable
-from deltalake.exceptions import TableNotFoundError
 from psycopg.abc import Buffer
 from psycopg.adapt import Loader
 
-from cdc_sync.core.model import KEY_SEPARATOR, TableId
+from cdc_sync.core.model import TableId, document_id
 from cdc_sync.core.settings import Connections
 from cdc_sync.mapping import MappingFile, TableRoute
 from cdc_sync.schema.catalog import primary_key_columns
+from cdc_sync.sinks.delta import readback as delta_readback
+from cdc_sync.sinks.redis import readback as cache_readback
+from cdc_sync.sinks.search import readback as search_readback
+from cdc_sync.sinks.search.backends import SearchBackend, open_backend
 
 Rows = dict[str, dict[str, Any]]  # doc id -> canonical row
 _NUMERIC = re.compile(r"-?\d+(\.\d+)?")
@@ -169,10 +170,6 @@ def canonical_row(row: Mapping[str, Any]) -> dict[str, Any]:
     return {name: canonical(value) for name, value in row.items()}
 
 
-def doc_id(values: Iterable[Any]) -> str:
-    return KEY_SEPARATOR.join(str(v) for v in values)
-
-
 primary_key = primary_key_columns
 
 
@@ -181,50 +178,31 @@ def source_rows(conn: psycopg.Connection[Any], route: TableRoute) -> Rows:
     key = primary_key(conn, table)
     with conn.cursor(row_factory=psycopg.rows.dict_row) as cursor:
         cursor.execute(f'SELECT * FROM "{table.schema}"."{table.table}"')
-        return {doc_id(row[k] for k in key): canonical_row(route.project(row)) for row in cursor}
+        return {
+            document_id(tuple((k, row[k]) for k in key)): canonical_row(route.project(row))
+            for row in cursor
+        }
 
 
-def search_rows(search_url: str, route: TableRoute) -> Rows:
+def search_rows(backend: SearchBackend, route: TableRoute) -> Rows:
     assert route.search is not None
-    alias = route.search.index
-    _http(f"{search_url}/{alias}/_refresh", {})
-    rows: Rows = {}
-    page = 1000
-    start = 0
-    while True:
-        answer = _http(
-            f"{search_url}/{alias}/_search",
-            {"query": {"match_all": {}}, "size": page, "from": start, "sort": ["_doc"]},
-        )
-        hits = answer["hits"]["hits"]
-        rows.update({hit["_id"]: canonical_row(hit["_source"]) for hit in hits})
-        if len(hits) < page:
-            return rows
-        start += page
+    held = search_readback.documents(backend, route.search.index)
+    return {ident: canonical_row(source) for ident, (_, source) in held.items()}
 
 
 def cache_rows(client: redis.Redis, route: TableRoute) -> Rows:
     assert route.cache is not None
-    prefix = route.cache.key(route.table, "")
-    rows: Rows = {}
-    for key in client.scan_iter(match=f"{prefix}*", count=1000):
-        stored = client.hget(key, "row")
-        if stored is not None:
-            rows[key.decode()[len(prefix) :]] = canonical_row(json.loads(stored))
-    return rows
+    held = cache_readback.rows(client, route.cache, route.table)
+    return {ident: canonical_row(row) for ident, row in held.items()}
 
 
 def delta_rows(warehouse: Path, route: TableRoute, key: list[str]) -> Rows:
     assert route.delta is not None
-    try:
-        table = DeltaTable(str(warehouse / route.delta.relative_path())).to_pyarrow_table()
-    except TableNotFoundError:
-        return {}
     key_names = [route.rename.get(k, k) for k in key]
     rows: Rows = {}
-    for row in table.to_pylist():
+    for row in delta_readback.table_rows(warehouse, route.delta):
         data = {k: v for k, v in row.items() if not k.startswith("_cdc_")}
-        rows[doc_id(data[k] for k in key_names)] = canonical_row(data)
+        rows[document_id(tuple((k, data[k]) for k in key_names))] = canonical_row(data)
     return rows
 
 
@@ -245,6 +223,11 @@ def compare(sink: str, expected: Rows, actual: Rows) -> SinkComparison:
 def verify_all(mapping: MappingFile, connections: Connections) -> Report:
     warehouse = Path(connections.require("warehouse"))
     cache = redis.Redis.from_url(connections.redis_url) if connections.redis_url else None
+    search = (
+        open_backend(connections.search_client, connections.search_url)
+        if connections.search_url
+        else None
+    )
     tables: list[TableComparison] = []
     with psycopg.connect(connections.require("pg_url")) as conn:
         conn.adapters.register_loader("money", MoneyLoader)
@@ -253,7 +236,10 @@ def verify_all(mapping: MappingFile, connections: Connections) -> Report:
             key = primary_key(conn, route.table)
             actual: list[tuple[str, Rows]] = []
             if route.search is not None:
-                actual.append(("search", search_rows(connections.require("search_url"), route)))
+                backend = search or open_backend(
+                    connections.search_client, connections.require("search_url")
+                )
+                actual.append(("search", search_rows(backend, route)))
             if route.cache is not None and cache is not None:
                 actual.append(("cache", cache_rows(cache, route)))
             if route.delta is not None:
@@ -261,14 +247,3 @@ def verify_all(mapping: MappingFile, connections: Connections) -> Report:
             comparisons = [compare(name, expected, rows) for name, rows in actual]
             tables.append(TableComparison(route.table, len(expected), comparisons))
     return Report(tables)
-
-
-def _http(url: str, body: Mapping[str, Any]) -> Any:
-    request = urllib.request.Request(
-        url,
-        data=json.dumps(body).encode(),
-        headers={"Content-Type": "application/json", "Accept": "application/json"},
-        method="POST",
-    )
-    with urllib.request.urlopen(request, timeout=30) as response:
-        return json.loads(response.read())

@@ -8,9 +8,6 @@ an existing index agrees with the file.
 
 from __future__ import annotations
 
-import json
-import urllib.error
-import urllib.request
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +19,8 @@ from cdc_sync.debezium.connector import ConnectorFile, captured_tables
 from cdc_sync.mapping import MappingFile, TableRoute
 from cdc_sync.schema import ColumnType, RowSchema, SchemaConversionError, TypeKind
 from cdc_sync.schema.catalog import ConverterModes, primary_key_columns, row_schema_from_catalog
+from cdc_sync.sinks.search.backends import SearchBackend
+from cdc_sync.sinks.search.readback import field_types
 
 NUMBER_FIELDS = {
     "long",
@@ -163,24 +162,14 @@ def _compatible(column_type: ColumnType) -> set[str]:
     return COMPATIBLE[column_type.kind]
 
 
-def live_search_fields(search_url: str, mapping: MappingFile) -> dict[TableId, dict[str, str]]:
-    """Field types of the indices that exist now, per routed table (empty when none exist)."""
+def live_search_fields(
+    backend: SearchBackend, mapping: MappingFile
+) -> dict[TableId, dict[str, str]]:
+    """Field types of the indices that exist now, per routed table (absent when none exist)."""
     fields: dict[TableId, dict[str, str]] = {}
     for table, route in mapping.tables.items():
-        if route.search is None:
-            continue
-        try:
-            with urllib.request.urlopen(
-                f"{search_url}/{route.search.index}/_mapping", timeout=10
-            ) as r:
-                answer = json.loads(r.read())
-        except urllib.error.HTTPError:
-            continue  # no index yet: nothing to compare
-        properties: dict[str, str] = {}
-        for body in answer.values():
-            for name, spec in body.get("mappings", {}).get("properties", {}).items():
-                properties[name] = spec.get("type", "object")
-        fields[table] = properties
+        if route.search is not None and (types := field_types(backend, route.search.index)):
+            fields[table] = types
     return fields
 
 

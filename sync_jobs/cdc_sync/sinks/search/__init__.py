@@ -18,9 +18,8 @@ from cdc_sync.sinks.search.actions import to_actions
 from cdc_sync.sinks.search.backends import (
     CLIENT_KINDS,
     SearchBackend,
-    connect,
     is_transient,
-    server_distribution,
+    open_backend,
 )
 from cdc_sync.sinks.search.client import SearchWriter
 from cdc_sync.sinks.search.target import ensure_index
@@ -39,18 +38,11 @@ class SearchSink:
         *,
         compat_headers: bool | None = None,
     ) -> None:
-        """`compat_headers` (elasticsearch client only): Elasticsearch's `compatible-with=N`
-        media types, which OpenSearch-API servers (the local stack's osmem-server) reject with
-        HTTP 406. None = ask the server: on for Elasticsearch, off for an OpenSearch API.
-        """
+        """`compat_headers`: see `open_backend`."""
         if tombstone_retention_seconds <= 0:
             raise ValueError("tombstone_retention_seconds must be positive")
-        if compat_headers is None:
-            compat_headers = (
-                client_kind == "elasticsearch" and server_distribution(url) != "opensearch"
-            )
         self.client_kind = client_kind
-        self.backend: SearchBackend = connect(client_kind, url, compat_headers)
+        self.backend: SearchBackend = open_backend(client_kind, url, compat_headers)
         self.tombstone_retention_seconds = tombstone_retention_seconds
         self.writer = SearchWriter(self.backend)
 

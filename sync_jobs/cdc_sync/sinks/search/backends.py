@@ -36,6 +36,9 @@ class SearchBackend(Protocol):
     def mget(self, alias: str, ids: Sequence[str]) -> list[dict[str, Any]]: ...
     def bulk(self, operations: Sequence[Mapping[str, Any]]) -> dict[str, Any]: ...
     def refresh(self, alias: str) -> None: ...
+    def search_page(self, alias: str, size: int, start: int) -> list[dict[str, Any]]:
+        """Hits `start..start+size` of all documents in `_doc` order, with `_version`."""
+
     def close(self) -> None: ...
 
 
@@ -69,6 +72,15 @@ def server_distribution(url: str) -> str:
     except (OSError, ValueError):
         return "elasticsearch"  # unreachable now: the client reports it on first use
     return "opensearch" if version.get("distribution") == "opensearch" else "elasticsearch"
+
+
+def open_backend(kind: str, url: str, compat_headers: bool | None = None) -> SearchBackend:
+    """`compat_headers` (elasticsearch client only): Elasticsearch's `compatible-with=N` media
+    types, which OpenSearch-API servers (the local stack's osmem-server) reject with HTTP 406.
+    None = ask the server: on for Elasticsearch, off for an OpenSearch API."""
+    if compat_headers is None:
+        compat_headers = kind == "elasticsearch" and server_distribution(url) != "opensearch"
+    return connect(kind, url, compat_headers)
 
 
 def connect(kind: str, url: str, compat_headers: bool = True) -> SearchBackend:
@@ -114,6 +126,11 @@ class OpenSearchBackend:
 
     def refresh(self, alias: str) -> None:
         self.client.indices.refresh(index=alias)
+
+    def search_page(self, alias: str, size: int, start: int) -> list[dict[str, Any]]:
+        body = {"query": {"match_all": {}}, "size": size, "from": start, "sort": ["_doc"]}
+        answer = self.client.search(index=alias, body=body, version=True)
+        return list(answer["hits"]["hits"])
 
     def close(self) -> None:
         self.client.close()
@@ -179,6 +196,17 @@ class ElasticsearchBackend:
 
     def refresh(self, alias: str) -> None:
         self.client.indices.refresh(index=alias)
+
+    def search_page(self, alias: str, size: int, start: int) -> list[dict[str, Any]]:
+        answer = self.client.search(
+            index=alias,
+            query={"match_all": {}},
+            size=size,
+            from_=start,
+            sort=["_doc"],
+            version=True,
+        )
+        return list(answer.body["hits"]["hits"])
 
     def close(self) -> None:
         self.client.close()

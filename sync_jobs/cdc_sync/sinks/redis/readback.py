@@ -1,0 +1,41 @@
+"""What the cache holds for a routed table: its hashes (`row` JSON and `version` fields).
+
+The one read path for verify and the tests.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import redis
+
+from cdc_sync.core.model import TableId
+from cdc_sync.mapping import CacheRoute
+
+ROW_FIELD = "row"
+
+
+def entries(client: redis.Redis, cache: CacheRoute, table: TableId) -> dict[str, dict[str, str]]:
+    """doc id -> every field of its hash, decoded (tombstone keys are not rows)."""
+    prefix = cache.key(table, "")
+    found: dict[str, dict[str, str]] = {}
+    for key in client.scan_iter(match=f"{_glob_escape(prefix)}*", count=1000):
+        fields: dict[bytes, bytes] = client.hgetall(key)  # type: ignore[assignment]
+        if fields:
+            found[key.decode()[len(prefix) :]] = {k.decode(): v.decode() for k, v in fields.items()}
+    return found
+
+
+def rows(client: redis.Redis, cache: CacheRoute, table: TableId) -> dict[str, dict[str, Any]]:
+    """doc id -> the cached row (the JSON in the `row` field)."""
+    return {
+        doc_id: json.loads(fields[ROW_FIELD])
+        for doc_id, fields in entries(client, cache, table).items()
+        if ROW_FIELD in fields
+    }
+
+
+def _glob_escape(text: str) -> str:
+    # SCAN MATCH is a glob: a prefix holding *, ?, [ or \ must match itself only.
+    return "".join(f"\\{c}" if c in "*?[]\\" else c for c in text)

@@ -1,0 +1,39 @@
+"""What a search index holds: documents (with versions) and field types, through the backend.
+
+The one read path for verify, the mapping check and the tests (no raw HTTP beside the client).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cdc_sync.sinks.search.backends import SearchBackend
+
+PAGE = 1000
+
+
+def documents(backend: SearchBackend, alias: str) -> dict[str, tuple[int | None, dict[str, Any]]]:
+    """doc id -> (version, `_source`) of every document behind `alias`; empty if none exists.
+    Refreshes first: Elasticsearch does not show writes to search before a refresh."""
+    if not backend.alias_exists(alias):
+        return {}
+    backend.refresh(alias)
+    found: dict[str, tuple[int | None, dict[str, Any]]] = {}
+    start = 0
+    while True:
+        hits = backend.search_page(alias, PAGE, start)
+        found.update({hit["_id"]: (hit.get("_version"), hit["_source"]) for hit in hits})
+        if len(hits) < PAGE:
+            return found
+        start += PAGE
+
+
+def field_types(backend: SearchBackend, alias: str) -> dict[str, str]:
+    """Top-level field name -> mapping type (`object` when it has properties only)."""
+    if not backend.alias_exists(alias):
+        return {}
+    types: dict[str, str] = {}
+    for mapping in backend.mappings(alias).values():
+        for name, spec in mapping.get("properties", {}).items():
+            types[name] = spec.get("type", "object")
+    return types
