@@ -14,6 +14,7 @@ from typing import Any
 from cdc_sync.core.types import KnownSchema, RowSchema
 
 KEY_SEPARATOR = "|"
+ESCAPE = "\\"
 
 
 class Op(StrEnum):
@@ -80,8 +81,16 @@ class Tombstone:
 
 
 def document_id(key: tuple[tuple[str, Any], ...]) -> str:
-    """`_id` / cache id: key values as strings, joined in key order with `|`."""
-    return KEY_SEPARATOR.join(str(value) for _, value in key)
+    """`_id` / cache id. A one-column key is its value as a string. A composite key joins its
+    values in key order with `|`, each value with `\\` and `|` escaped by a `\\`, so the id is
+    injective: ('x|y', 'z') -> `x\\|y|z`, ('x', 'y|z') -> `x|y\\|z`."""
+    if len(key) == 1:
+        return str(key[0][1])
+    return KEY_SEPARATOR.join(_escaped(str(value)) for _, value in key)
+
+
+def _escaped(part: str) -> str:
+    return part.replace(ESCAPE, ESCAPE * 2).replace(KEY_SEPARATOR, ESCAPE + KEY_SEPARATOR)
 
 
 KnownSchemas = Mapping[TableId, KnownSchema]
