@@ -136,6 +136,14 @@ class BatchApplier:
             result = sink.apply(route, routed)
             previous = metrics.sinks.get(sink.name, WriteResult())
             metrics.sinks[sink.name] = previous.merge(result)
+            if result.failures and route.policies.on_malformed is OnMalformed.FAIL:
+                first = result.failures[0]
+                raise PolicyViolation(
+                    f"{first.change.coordinates}: {sink.name} refused {len(result.failures)} "
+                    f"record(s) of {route.table} ({first.error_class}: {first.message}); set "
+                    f"{self.mapping.setting_path(route.table, 'on_malformed')}: dead_letter "
+                    "to dead-letter such records and keep going"
+                )
             letters += [
                 DeadLetter(
                     coordinates=failure.change.coordinates,

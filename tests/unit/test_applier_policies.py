@@ -1,0 +1,83 @@
+"""on_malformed holds at every stage: a record a sink refuses stops the batch under `fail`."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from cdc_sync.core.model import Change
+from cdc_sync.job.applier import BatchApplier, PolicyViolation
+from cdc_sync.job.dead_letter import DeadLetter
+from cdc_sync.mapping import MappingFile, OnMalformed, Policies, TableRoute
+from cdc_sync.schema import RowSchema
+from cdc_sync.sinks.base import RecordFailure, WriteResult
+from tests.changes import change, products_route
+
+pytestmark = pytest.mark.unit
+
+
+class RefusingSink:
+    """A sink whose target refuses every record (e.g. a mapping conflict in the index)."""
+
+    name = "search"
+
+    def ensure_target(self, route: TableRoute, schema: RowSchema | None) -> None:
+        return None
+
+    def apply(self, route: TableRoute, changes: Sequence[Change]) -> WriteResult:
+        failures = [RecordFailure(c, "mapper_parsing_exception", "refused") for c in changes]
+        return WriteResult(failures=failures)
+
+    def close(self) -> None:
+        return None
+
+
+class Letters:
+    def __init__(self) -> None:
+        self.written: list[DeadLetter] = []
+
+    def write(self, letters: Sequence[DeadLetter]) -> None:
+        self.written += letters
+
+
+def applier_for(policy: OnMalformed) -> tuple[BatchApplier, Letters, Change]:
+    route = dataclasses.replace(products_route(), policies=Policies(on_malformed=policy))
+    mapping = MappingFile(
+        path=Path("m.yaml"),
+        topic_prefix="cdc",
+        connector=None,
+        dead_letter_topic="dlq",
+        tombstone_retention_seconds=60,
+        tables={route.table: route},
+        ignored=frozenset(),
+    )
+    letters = Letters()
+    applier = BatchApplier(mapping, [RefusingSink()], letters)  # type: ignore[arg-type]
+    row = {"id": 1, "sku": "s1", "name": "n", "description": None, "price": None, "in_stock": True}
+    return applier, letters, change(route, "c", 100, 1, row)
+
+
+def apply(applier: BatchApplier, one: Change) -> None:
+    applier.apply(
+        1, records=1, changes=1, compacted=[one], rejected=[], schemas={}, schema_fps=[None]
+    )
+
+
+def test_fail_stops_on_a_record_the_sink_refuses_naming_the_setting() -> None:
+    applier, letters, one = applier_for(OnMalformed.FAIL)
+    with pytest.raises(
+        PolicyViolation, match=r"search refused 1 record.*on_malformed\)?: dead_letter"
+    ):
+        apply(applier, one)
+    assert letters.written == []
+
+
+def test_dead_letter_keeps_going_and_letters_the_refused_record() -> None:
+    applier, letters, one = applier_for(OnMalformed.DEAD_LETTER)
+    apply(applier, one)
+    assert [(d.sink, d.stage, d.error_class) for d in letters.written] == [
+        ("search", "write", "mapper_parsing_exception")
+    ]
