@@ -10,6 +10,7 @@ import pytest
 from cdc_sync.core.model import Change
 from cdc_sync.mapping import TableRoute
 from cdc_sync.sinks.search import SearchSink
+from cdc_sync.sinks.search import readback as search_readback
 from tests.changes import LONG_FIELDS, change, products_route
 from tests.envelopes import UNAVAILABLE, product
 
@@ -107,3 +108,15 @@ def test_a_document_the_mapping_rejects_is_a_terminal_record_failure(
     assert failure.change.doc_id == "7"
     assert "exception" in failure.error_class
     assert "not a number" not in failure.message  # no payloads in errors
+
+
+def test_an_existing_index_gets_the_tombstone_retention_as_gc_deletes(sink: SearchSink) -> None:
+    route = products_route()
+    assert route.search is not None
+    alias = route.search.index
+    # An index made before this release (or by hand), with the server's default gc_deletes.
+    sink.backend.create_index(f"{alias}_v1", {"properties": {}}, {}, alias)
+    sink.ensure_target(route, None)
+    held = sink.backend.settings(alias)
+    assert [s["index"]["gc_deletes"] for s in held.values()] == ["3600s"]
+    assert search_readback.field_types(sink.backend, alias) == {}

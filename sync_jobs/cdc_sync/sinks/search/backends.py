@@ -33,6 +33,10 @@ class SearchBackend(Protocol):
         """Concrete index name -> its `mappings` object, for every index behind `alias`."""
 
     def put_mapping(self, index: str, properties: Mapping[str, Any]) -> None: ...
+    def put_settings(self, index: str, settings: Mapping[str, Any]) -> None: ...
+    def settings(self, alias: str) -> dict[str, dict[str, Any]]:
+        """Concrete index name -> its `settings` object, for every index behind `alias`."""
+
     def mget(self, alias: str, ids: Sequence[str]) -> list[dict[str, Any]]: ...
     def bulk(self, operations: Sequence[Mapping[str, Any]]) -> dict[str, Any]: ...
     def refresh(self, alias: str) -> None: ...
@@ -117,6 +121,13 @@ class OpenSearchBackend:
     def put_mapping(self, index: str, properties: Mapping[str, Any]) -> None:
         self.client.indices.put_mapping(index=index, body={"properties": dict(properties)})
 
+    def put_settings(self, index: str, settings: Mapping[str, Any]) -> None:
+        self.client.indices.put_settings(index=index, body=dict(settings))
+
+    def settings(self, alias: str) -> dict[str, dict[str, Any]]:
+        answer = self.client.indices.get_settings(index=alias)
+        return {name: dict(body.get("settings", {})) for name, body in answer.items()}
+
     def mget(self, alias: str, ids: Sequence[str]) -> list[dict[str, Any]]:
         answer = self.client.mget(index=alias, body={"ids": list(ids)})
         return list(answer["docs"])
@@ -187,6 +198,13 @@ class ElasticsearchBackend:
 
     def put_mapping(self, index: str, properties: Mapping[str, Any]) -> None:
         self.client.indices.put_mapping(index=index, properties=dict(properties))
+
+    def put_settings(self, index: str, settings: Mapping[str, Any]) -> None:
+        self.client.indices.put_settings(index=index, settings=dict(settings))
+
+    def settings(self, alias: str) -> dict[str, dict[str, Any]]:
+        answer = self.client.indices.get_settings(index=alias).body
+        return {name: dict(body.get("settings", {})) for name, body in answer.items()}
 
     def mget(self, alias: str, ids: Sequence[str]) -> list[dict[str, Any]]:
         return list(self.client.mget(index=alias, ids=list(ids)).body["docs"])

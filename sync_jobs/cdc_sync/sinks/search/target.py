@@ -2,7 +2,8 @@
 
 The mapping is explicit: the route's mapping first, then a field per schema column it lacks
 (`search_field_mapping`). `index.gc_deletes` is the tombstone retention: for that long the index
-remembers a deleted document's version, which fences stale updates arriving after the delete.
+remembers a deleted document's version, which fences stale updates arriving after the delete;
+it is applied to existing indices too.
 """
 
 from __future__ import annotations
@@ -66,7 +67,18 @@ def ensure_index(
             )
             log.info("created search index %s behind alias %s", index, alias)
             return []
+    apply_gc_deletes(backend, alias, tombstone_retention_seconds)
     return add_missing_fields(backend, alias, schema_fields(schema))
+
+
+def apply_gc_deletes(backend: SearchBackend, alias: str, tombstone_retention_seconds: int) -> None:
+    """An index made earlier (by hand, an older release, another retention) fences deletes only
+    as long as its `index.gc_deletes`: set it to the retention (a dynamic setting)."""
+    wanted = f"{tombstone_retention_seconds}s"
+    for index, settings in backend.settings(alias).items():
+        if settings.get("index", {}).get("gc_deletes") != wanted:
+            backend.put_settings(index, {"index": {"gc_deletes": wanted}})
+            log.info("set index.gc_deletes=%s on search index %s", wanted, index)
 
 
 def add_missing_fields(
