@@ -17,6 +17,7 @@ from typing import Any
 from cdc_sync.core.model import Change, Coordinates, TableId
 from cdc_sync.job.dead_letter import DeadLetter, DeadLetterWriter
 from cdc_sync.job.schema_changes import SchemaTracker
+from cdc_sync.job.unavailable import SourceFiller
 from cdc_sync.mapping import MappingFile, OnMalformed, OnTombstone, TableRoute
 from cdc_sync.schema import RowSchema
 from cdc_sync.sinks.base import Sink, WriteResult
@@ -51,6 +52,9 @@ class BatchMetrics:
     tombstones: int = 0
     malformed: int = 0
     dead_lettered: int = 0
+    unavailable_gone: int = (
+        0  # TOAST placeholders of rows deleted since: left out (see unavailable)
+    )
     sinks: dict[str, WriteResult] = field(default_factory=dict)
     seconds: float = 0.0
 
@@ -69,7 +73,8 @@ class BatchMetrics:
         return (
             f"batch {self.batch_id}: records={self.records} changes={self.changes} "
             f"compacted={self.compacted} tombstones={self.tombstones} malformed={self.malformed} "
-            f"dead_lettered={self.dead_lettered} {per_sink} in {self.seconds:.2f}s"
+            f"dead_lettered={self.dead_lettered} unavailable_gone={self.unavailable_gone} "
+            f"{per_sink} in {self.seconds:.2f}s"
         )
 
 
@@ -79,10 +84,12 @@ class BatchApplier:
         mapping: MappingFile,
         sinks: Sequence[Sink],
         dead_letters: DeadLetterWriter | None,
+        filler: SourceFiller | None = None,
     ) -> None:
         self.mapping = mapping
         self.sinks = list(sinks)
         self.dead_letters = dead_letters
+        self.filler = filler
         self.schemas = SchemaTracker(mapping)
         self.history: list[BatchMetrics] = []
 
@@ -123,6 +130,9 @@ class BatchApplier:
     def _apply_table(
         self, route: TableRoute, changes: list[Change], metrics: BatchMetrics
     ) -> list[DeadLetter]:
+        if self.filler is not None:
+            changes, gone = self.filler.fill(route.table, changes)
+            metrics.unavailable_gone += gone
         # Deletes carry no row schema: the newest change that has one tells the table's schema.
         with_schema = [c for c in changes if c.schema is not None]
         newest = max(with_schema, key=lambda c: c.version) if with_schema else None

@@ -6,15 +6,19 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+import psycopg
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from cdc_sync.core.model import KnownSchemas
 from cdc_sync.core.settings import Connections, state_dir
+from cdc_sync.debezium.connector import load_connector
 from cdc_sync.job.applier import BatchApplier
 from cdc_sync.job.dead_letter import DeadLetterWriter
 from cdc_sync.job.stream import MicroBatchProcessor
+from cdc_sync.job.unavailable import SourceFiller
 from cdc_sync.mapping import MappingFile, SchemaSource
+from cdc_sync.schema.catalog import ConverterModes, known_schemas
 from cdc_sync.sinks.base import Sink
 from cdc_sync.sinks.delta import DeltaSink
 from cdc_sync.sinks.delta.spark_client import DeltaSparkWriter, delta_spark_available
@@ -77,14 +81,14 @@ def catalog_schemas(mapping: MappingFile, connections: Connections) -> KnownSche
     the mapping's connector encodes them (its decimal/binary/time modes)."""
     if mapping.schema_source is not SchemaSource.CATALOG:
         return None
-    import psycopg
-
-    from cdc_sync.debezium.connector import load_connector
-    from cdc_sync.schema.catalog import ConverterModes, known_schemas
-
-    config = load_connector(mapping.connector).config if mapping.connector else {}
     with psycopg.connect(connections.require("pg_url")) as conn:
-        return known_schemas(conn, mapping.tables, ConverterModes.from_connector(config))
+        return known_schemas(conn, mapping.tables, converter_modes(mapping))
+
+
+def converter_modes(mapping: MappingFile) -> ConverterModes:
+    """How the mapping's connector encodes values (Debezium's defaults without a connector)."""
+    config = load_connector(mapping.connector).config if mapping.connector else {}
+    return ConverterModes.from_connector(config)
 
 
 class SyncJob:
@@ -105,7 +109,8 @@ class SyncJob:
             connections.kafka_flavor,
             mapping.dead_letter_topic,
         )
-        self.applier = BatchApplier(mapping, self.sinks, self.dead_letters)
+        self.filler = SourceFiller(connections.require("pg_url"), converter_modes(mapping))
+        self.applier = BatchApplier(mapping, self.sinks, self.dead_letters, self.filler)
         self.processor = MicroBatchProcessor(
             self.applier,
             int(spark.conf.get("spark.sql.shuffle.partitions") or 2),
@@ -155,3 +160,4 @@ class SyncJob:
         for sink in self.sinks:
             sink.close()
         self.dead_letters.close()
+        self.filler.close()

@@ -1,0 +1,109 @@
+"""Unchanged-TOAST placeholders the batch could not fill are filled from Postgres, by key.
+
+After the per-key fold a change may still lack columns Debezium sent as placeholders: the key
+moved (a primary-key update arrives as delete + create, and the create's unchanged values are
+placeholders), the topic was compacted, a cache entry expired, or a sink is new. Writing such a
+row would leave the column empty in any sink that does not hold the row, so the values are read
+from the source of truth instead, read-only, in one query per table and batch.
+
+The value read may be newer than the change (the row changed again since); it is written with
+the change's own version, so the later change, still on its way through the log, overwrites it
+as usual: the sinks converge. A key no longer in Postgres was deleted since; its delete follows
+in the log, so the change is left out rather than written incomplete.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import psycopg
+
+from cdc_sync.core.model import Change, TableId
+from cdc_sync.core.retry import retried
+from cdc_sync.core.types import Column, RowSchema
+from cdc_sync.schema.catalog import ConverterModes
+from cdc_sync.schema.source_rows import read_columns
+
+log = logging.getLogger(__name__)
+
+
+def needs_source(change: Change) -> bool:
+    return not change.is_delete and bool(change.unavailable_columns)
+
+
+class SourceFiller:
+    def __init__(self, pg_url: str, modes: ConverterModes) -> None:
+        self.pg_url = pg_url
+        self.modes = modes
+        self._conn: psycopg.Connection[Any] | None = None
+
+    def fill(self, table: TableId, changes: Sequence[Change]) -> tuple[list[Change], int]:
+        """The changes with every placeholder filled, and how many were left out (gone)."""
+        pending = [c for c in changes if needs_source(c)]
+        if not pending:
+            return list(changes), 0
+        found = retried(
+            lambda: self._read(table, pending),
+            lambda exc: isinstance(exc, psycopg.OperationalError),
+            f"read unchanged TOAST values of {table} from Postgres",
+        )
+        filled: list[Change] = []
+        gone = 0
+        for change in changes:
+            if not needs_source(change):
+                filled.append(change)
+            elif (values := found.get(_key(change))) is not None:
+                filled.append(_with_values(change, values))
+            else:
+                gone += 1
+                log.info("%s: %s is no longer in Postgres: left out", change.coordinates, table)
+        return filled, gone
+
+    def _read(self, table: TableId, pending: Sequence[Change]) -> dict[tuple[Any, ...], Any]:
+        schema = next(c.schema for c in pending if c.schema is not None)
+        wanted = sorted({name for c in pending for name in c.unavailable_columns})
+        try:
+            return read_columns(
+                self._connection(),
+                table,
+                _columns(schema, [name for name, _ in pending[0].key]),
+                [_key(c) for c in pending],
+                _columns(schema, wanted),
+                self.modes,
+            )
+        except psycopg.OperationalError:
+            self.close()  # a broken connection is replaced on the next attempt
+            raise
+
+    def _connection(self) -> psycopg.Connection[Any]:
+        if self._conn is None or self._conn.closed:
+            self._conn = psycopg.connect(
+                self.pg_url, autocommit=True, options="-c default_transaction_read_only=on"
+            )
+        return self._conn
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+def _key(change: Change) -> tuple[Any, ...]:
+    return tuple(value for _, value in change.key)
+
+
+def _columns(schema: RowSchema, names: Sequence[str]) -> list[Column]:
+    return [schema.column(name) for name in names]
+
+
+def _with_values(change: Change, values: dict[str, Any]) -> Change:
+    assert change.row is not None
+    recovered = {name: values[name] for name in change.unavailable_columns if name in values}
+    return dataclasses.replace(
+        change,
+        row={**change.row, **recovered},
+        unavailable_columns=change.unavailable_columns - recovered.keys(),
+    )
