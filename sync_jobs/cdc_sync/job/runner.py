@@ -13,6 +13,7 @@ from cdc_sync.core.model import KnownSchemas
 from cdc_sync.core.settings import Connections, state_dir
 from cdc_sync.job.applier import BatchApplier
 from cdc_sync.job.dead_letter import DeadLetterWriter
+from cdc_sync.job.schema_store import FileSchemaStore
 from cdc_sync.job.stream import MicroBatchProcessor
 from cdc_sync.mapping import MappingFile, SchemaSource
 from cdc_sync.sinks.base import Sink
@@ -105,7 +106,13 @@ class SyncJob:
             connections.kafka_flavor,
             mapping.dead_letter_topic,
         )
-        self.applier = BatchApplier(mapping, self.sinks, self.dead_letters)
+        # The accepted schemas belong to this query's checkpoint: a new checkpoint, a new baseline.
+        self.applier = BatchApplier(
+            mapping,
+            self.sinks,
+            self.dead_letters,
+            FileSchemaStore.beside_checkpoint(options.checkpoint_dir),
+        )
         self.processor = MicroBatchProcessor(
             self.applier,
             int(spark.conf.get("spark.sql.shuffle.partitions") or 2),
