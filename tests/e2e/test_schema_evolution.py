@@ -1,9 +1,10 @@
-"""Live schema changes on the running pipeline, per `on_schema_change` policy (no restarts).
+"""Live schema changes on the running pipeline, per `on_schema_change` policy.
 
 evolve: added columns reach Delta, the search mapping and the cache; dropped columns stay; a
 varchar(n) -> text change is no type change; int4 -> int8 widens; a rename is a drop plus an add;
 narrowing stops the job naming the table, column and setting. ignore: sinks keep the first
-schema. fail: the first change stops the job, naming the setting.
+schema. fail: the first change stops the job, naming the setting, also when the change was made
+while the job was stopped (the accepted schema is kept beside the checkpoint).
 """
 
 from __future__ import annotations
@@ -195,5 +196,28 @@ def test_ignore_keeps_the_first_schema_and_fail_stops(
         assert "nickname" not in cached_row(harness, CUSTOMERS, "1")
         assert "nickname" not in delta_columns(harness, CUSTOMERS)
         assert "nickname" not in search_fields(harness, CUSTOMERS)
+    finally:
+        pipeline.close()
+
+
+def test_fail_stops_on_a_column_added_while_the_job_was_stopped(
+    services: Services, tmp_path: Path
+) -> None:
+    pipeline = policy_pipeline(OnSchemaChange.FAIL, services, tmp_path)
+    harness = next(pipeline)
+    try:
+        harness.stop()
+        accepted = tmp_path / "checkpoints" / "main" / "cdc_sync_schemas" / "shop.customers.json"
+        assert accepted.exists()
+        harness.run_sql(
+            [
+                "ALTER TABLE shop.customers ADD COLUMN nickname text",
+                "UPDATE shop.customers SET nickname = 'n' WHERE id = 1",
+            ]
+        )
+        harness.start()  # the same checkpoint: a restart, not a new job
+        message = wait_for_failure(harness)
+        assert "shop.customers" in message and "nickname" in message
+        assert "on_schema_change" in message
     finally:
         pipeline.close()

@@ -17,6 +17,7 @@ from typing import Any
 from cdc_sync.core.model import Change, Coordinates, TableId
 from cdc_sync.job.dead_letter import DeadLetter, DeadLetterWriter
 from cdc_sync.job.schema_changes import SchemaTracker
+from cdc_sync.job.schema_store import SchemaStore
 from cdc_sync.job.unavailable import SourceFiller
 from cdc_sync.mapping import MappingFile, OnMalformed, OnTombstone, TableRoute
 from cdc_sync.schema import RowSchema
@@ -85,12 +86,14 @@ class BatchApplier:
         sinks: Sequence[Sink],
         dead_letters: DeadLetterWriter | None,
         filler: SourceFiller | None = None,
+        schema_store: SchemaStore | None = None,
     ) -> None:
         self.mapping = mapping
         self.sinks = list(sinks)
         self.dead_letters = dead_letters
         self.filler = filler
-        self.schemas = SchemaTracker(mapping)
+        # Without a store the accepted schemas last as long as this applier (unit tests).
+        self.schemas = SchemaTracker(mapping, schema_store)
         self.history: list[BatchMetrics] = []
 
     def apply(
@@ -140,6 +143,7 @@ class BatchApplier:
         if schema.evolved:
             for sink in self.sinks:
                 sink.ensure_target(route, route.project_schema(schema.schema))
+            self.schemas.targets_ready(route.table)
         routed = [route.route(schema.conform(change)) for change in changes]
         letters: list[DeadLetter] = []
         for sink in self.sinks:

@@ -15,6 +15,7 @@ from cdc_sync.core.settings import Connections, state_dir
 from cdc_sync.debezium.connector import load_connector
 from cdc_sync.job.applier import BatchApplier
 from cdc_sync.job.dead_letter import DeadLetterWriter
+from cdc_sync.job.schema_store import FileSchemaStore
 from cdc_sync.job.stream import MicroBatchProcessor
 from cdc_sync.job.unavailable import SourceFiller
 from cdc_sync.mapping import MappingFile, SchemaSource
@@ -110,7 +111,14 @@ class SyncJob:
             mapping.dead_letter_topic,
         )
         self.filler = SourceFiller(connections.require("pg_url"), converter_modes(mapping))
-        self.applier = BatchApplier(mapping, self.sinks, self.dead_letters, self.filler)
+        # The accepted schemas belong to this query's checkpoint: a new checkpoint, a new baseline.
+        self.applier = BatchApplier(
+            mapping,
+            self.sinks,
+            self.dead_letters,
+            self.filler,
+            FileSchemaStore.beside_checkpoint(options.checkpoint_dir),
+        )
         self.processor = MicroBatchProcessor(
             self.applier,
             int(spark.conf.get("spark.sql.shuffle.partitions") or 2),

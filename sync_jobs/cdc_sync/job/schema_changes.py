@@ -8,6 +8,11 @@
 - fail: the batch fails with an error naming the table, the columns and the setting.
 Any other type change (narrowing, int -> text, ...) is never applied silently: it fails under
 every policy but `ignore`.
+
+The accepted schema survives restarts (`schema_store.py`: a JSON file per table beside the Spark
+checkpoint), so a change made while the job was stopped meets the policy like any other: `fail`
+stops, `ignore` keeps it out of the sinks. Without a stored schema (a new checkpoint) the first
+schema seen is the baseline.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from cdc_sync.core.model import Change, TableId
+from cdc_sync.job.schema_store import SchemaStore
 from cdc_sync.mapping import MappingFile, OnSchemaChange, TableRoute
 from cdc_sync.schema import RowSchema
 from cdc_sync.schema.widening import widens
@@ -43,26 +49,39 @@ class SchemaState:
 
 
 class SchemaTracker:
-    def __init__(self, mapping: MappingFile) -> None:
+    """The accepted schema per table, and the policy deciding what a different one does.
+
+    With a store, the accepted schema is loaded on a table's first batch after a restart, so a
+    change made while the job was down meets the policy instead of becoming the baseline. It is
+    saved when the decision is final and before the caller evolves the targets (`_accept`); the
+    caller confirms the targets with `targets_ready`, and until then each observation asks for
+    `ensure_target` again, so a crash or failed batch between the two re-checks the targets.
+    """
+
+    def __init__(self, mapping: MappingFile, store: SchemaStore | None = None) -> None:
         self.mapping = mapping
+        self.store = store
         self.current: dict[TableId, RowSchema] = {}
+        self._loaded: set[TableId] = set()
+        self._targets_ready: set[TableId] = set()
 
     def observe(self, route: TableRoute, incoming: RowSchema | None) -> SchemaState:
         table = route.table
-        known = self.current.get(table)
+        known = self._known(table)
         if incoming is None:
             return SchemaState(known, False) if known else SchemaState(RowSchema(()), False)
         if known is None:
-            self.current[table] = incoming
+            self._accept(table, incoming)
             return SchemaState(incoming, True)
+        unchecked = table not in self._targets_ready
         if known.fingerprint == incoming.fingerprint:
-            return SchemaState(known, False)
+            return SchemaState(known, unchecked)
         policy = route.policies.on_schema_change
         added, dropped, retyped = _diff(known, incoming)
         if policy is OnSchemaChange.EVOLVE:
             retyped = [name for name in retyped if not _widens(known, incoming, name)]
         if policy is OnSchemaChange.IGNORE:
-            return SchemaState(known, False, frozenset(c.name for c in known.columns))
+            return SchemaState(known, unchecked, frozenset(c.name for c in known.columns))
         if retyped or policy is OnSchemaChange.FAIL:
             raise SchemaChangeRejected(
                 f"schema of {table} changed (added {added or '-'}, dropped {dropped or '-'}, "
@@ -72,8 +91,30 @@ class SchemaTracker:
                 "(fail | evolve | ignore)"
             )
         merged = RowSchema(incoming.columns + tuple(c for c in known.columns if c.name in dropped))
-        self.current[table] = merged
+        if merged.fingerprint == known.fingerprint:
+            return SchemaState(known, unchecked)  # only columns dropped earlier are missing
+        self._accept(table, merged)
         return SchemaState(merged, True)
+
+    def targets_ready(self, table: TableId) -> None:
+        """Every sink's target holds the accepted schema of `table` (ensure_target succeeded)."""
+        self._targets_ready.add(table)
+
+    def _known(self, table: TableId) -> RowSchema | None:
+        if table not in self._loaded and self.store is not None:
+            stored = self.store.load(table)  # raises on a corrupt file: fail, naming it
+            if stored is not None:
+                self.current[table] = stored
+        self._loaded.add(table)
+        return self.current.get(table)
+
+    def _accept(self, table: TableId, schema: RowSchema) -> None:
+        # Saved first: if saving fails nothing changed; if a sink then fails, the re-run finds
+        # this schema accepted and, its targets unconfirmed, evolves them again (idempotent).
+        if self.store is not None:
+            self.store.save(table, schema)
+        self.current[table] = schema
+        self._targets_ready.discard(table)
 
 
 def _diff(old: RowSchema, new: RowSchema) -> tuple[list[str], list[str], list[str]]:
