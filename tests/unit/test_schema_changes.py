@@ -74,3 +74,16 @@ def test_ignore_keeps_the_first_schema_and_its_columns_only() -> None:
     )
     assert not state.evolved and state.schema == BASE
     assert state.allowed_columns == {"id", "name"}
+
+
+@pytest.mark.parametrize("policy", list(OnSchemaChange))
+def test_a_new_wire_encoding_of_the_same_stored_type_is_no_schema_change(
+    policy: OnSchemaChange,
+) -> None:
+    # interval.handling.mode numeric -> string: MicroDuration and Interval both store int64 µs.
+    tracker, table_route = SchemaTracker(MAPPING), route(policy)
+    numeric = RowSchema((*BASE.columns, Column("took", ColumnType(TypeKind.INT64))))
+    iso = RowSchema((*BASE.columns, Column("took", ColumnType(TypeKind.INT64, unit="iso8601"))))
+    assert tracker.observe(table_route, numeric).evolved
+    state = tracker.observe(table_route, iso)
+    assert not state.evolved and state.schema == iso and state.allowed_columns is None

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from cdc_sync.core.model import Change, TableId
 from cdc_sync.mapping import MappingFile, OnSchemaChange, TableRoute
-from cdc_sync.schema import RowSchema
+from cdc_sync.schema import ColumnType, RowSchema
 from cdc_sync.schema.widening import widens
 
 
@@ -57,6 +57,11 @@ class SchemaTracker:
             return SchemaState(incoming, True)
         if known.fingerprint == incoming.fingerprint:
             return SchemaState(known, False)
+        if _stored_types(known) == _stored_types(incoming):
+            # Only the wire encoding changed (a connector mode, e.g. interval.handling.mode
+            # numeric -> string): the targets store the same types, so there is nothing to apply.
+            self.current[table] = incoming
+            return SchemaState(incoming, False)
         policy = route.policies.on_schema_change
         added, dropped, retyped = _diff(known, incoming)
         if policy is OnSchemaChange.EVOLVE:
@@ -74,6 +79,16 @@ class SchemaTracker:
         merged = RowSchema(incoming.columns + tuple(c for c in known.columns if c.name in dropped))
         self.current[table] = merged
         return SchemaState(merged, True)
+
+
+def _stored_types(schema: RowSchema) -> RowSchema:
+    return RowSchema(tuple(dataclasses.replace(c, type=_stored(c.type)) for c in schema.columns))
+
+
+def _stored(column_type: ColumnType) -> ColumnType:
+    """The type without `unit`, which says how values arrive, not how the targets store them."""
+    element = _stored(column_type.element) if column_type.element is not None else None
+    return dataclasses.replace(column_type, unit=None, element=element)
 
 
 def _diff(old: RowSchema, new: RowSchema) -> tuple[list[str], list[str], list[str]]:

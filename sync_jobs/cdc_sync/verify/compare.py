@@ -29,6 +29,7 @@ from cdc_sync.core.model import KEY_SEPARATOR, TableId
 from cdc_sync.core.settings import Connections
 from cdc_sync.mapping import MappingFile, TableRoute
 from cdc_sync.schema.catalog import primary_key_columns
+from cdc_sync.schema.interval import iso_interval_micros
 
 Rows = dict[str, dict[str, Any]]  # doc id -> canonical row
 _NUMERIC = re.compile(r"-?\d+(\.\d+)?")
@@ -103,6 +104,23 @@ class MoneyLoader(Loader):
         return Decimal(_MONEY_NOISE.sub(b"", bytes(data)).decode("ascii"))
 
 
+class IntervalLoader(Loader):
+    """`interval` as the sinks' int64 microseconds, exactly (needs IntervalStyle iso_8601).
+
+    psycopg's own loader gives a timedelta with a month as 30 days; Debezium counts 30.4375.
+    """
+
+    def load(self, data: Buffer) -> int:
+        return iso_interval_micros(bytes(data).decode("ascii"))
+
+
+def register_loaders(conn: psycopg.Connection[Any]) -> None:
+    """Read Postgres values in the form the sinks' values are compared with."""
+    conn.execute("SET intervalstyle = 'iso_8601'")  # the text IntervalLoader parses
+    conn.adapters.register_loader("money", MoneyLoader)
+    conn.adapters.register_loader("interval", IntervalLoader)
+
+
 def canonical(value: Any) -> Any:
     """One representation per meaning: sinks encode decimals, times and JSON differently."""
     if value is None or isinstance(value, bool):
@@ -116,7 +134,7 @@ def canonical(value: Any) -> Any:
         return _utc_time(value)
     if isinstance(value, date | time):
         return value.isoformat()
-    if isinstance(value, timedelta):  # intervals: Debezium's MicroDuration is microseconds
+    if isinstance(value, timedelta):  # a month-free interval (verify reads them as int µs)
         return _number(value // timedelta(microseconds=1))
     if isinstance(value, bytes | bytearray | memoryview):
         # JSON documents hold bytes as base64 text: compare in that form.
@@ -247,7 +265,7 @@ def verify_all(mapping: MappingFile, connections: Connections) -> Report:
     cache = redis.Redis.from_url(connections.redis_url) if connections.redis_url else None
     tables: list[TableComparison] = []
     with psycopg.connect(connections.require("pg_url")) as conn:
-        conn.adapters.register_loader("money", MoneyLoader)
+        register_loaders(conn)
         for route in mapping.tables.values():
             expected = source_rows(conn, route)
             key = primary_key(conn, route.table)
