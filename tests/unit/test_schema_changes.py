@@ -204,3 +204,17 @@ def test_the_applier_keeps_the_policy_across_a_restart(tmp_path: Path) -> None:
     ]
     with pytest.raises(SchemaChangeRejected, match=r"shop\.products.*color.*on_schema_change"):
         apply_products(OnSchemaChange.FAIL, tmp_path, color=True)
+
+
+@pytest.mark.parametrize("policy", list(OnSchemaChange))
+def test_a_new_wire_encoding_of_the_same_stored_type_is_no_schema_change(
+    policy: OnSchemaChange,
+) -> None:
+    # interval.handling.mode numeric -> string: MicroDuration and Interval both store int64 µs.
+    tracker, table_route = SchemaTracker(MAPPING), route(policy)
+    numeric = RowSchema((*BASE.columns, Column("took", ColumnType(TypeKind.INT64))))
+    iso = RowSchema((*BASE.columns, Column("took", ColumnType(TypeKind.INT64, unit="iso8601"))))
+    assert tracker.observe(table_route, numeric).evolved
+    tracker.targets_ready(ROUTE.table)
+    state = tracker.observe(table_route, iso)
+    assert not state.evolved and state.schema == iso and state.allowed_columns is None

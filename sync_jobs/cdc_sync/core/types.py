@@ -39,7 +39,9 @@ class ColumnType:
     precision: int | None = None
     scale: int | None = None
     element: ColumnType | None = None  # ARRAY only
-    unit: str | None = None  # TIME/TIMESTAMP encodings: "ms", "us", "ns" since midnight/epoch
+    # How the value arrives, not how it is stored: TIME/TIMESTAMP "ms", "us", "ns" since
+    # midnight/epoch; an INT64 interval "iso8601" (ISO duration text decoded to microseconds).
+    unit: str | None = None
 
     def __str__(self) -> str:
         if self.kind is TypeKind.DECIMAL:

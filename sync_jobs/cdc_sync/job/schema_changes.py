@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from cdc_sync.core.model import Change, TableId
 from cdc_sync.job.schema_store import SchemaStore
 from cdc_sync.mapping import MappingFile, OnSchemaChange, TableRoute
-from cdc_sync.schema import RowSchema
+from cdc_sync.schema import ColumnType, RowSchema
 from cdc_sync.schema.widening import widens
 
 
@@ -76,6 +76,13 @@ class SchemaTracker:
         unchecked = table not in self._targets_ready
         if known.fingerprint == incoming.fingerprint:
             return SchemaState(known, unchecked)
+        if _stored_types(known) == _stored_types(incoming):
+            # Only the wire encoding changed (a connector mode, e.g. interval.handling.mode
+            # numeric -> string): the targets store the same types, so there is nothing to apply.
+            if self.store is not None:
+                self.store.save(table, incoming)
+            self.current[table] = incoming
+            return SchemaState(incoming, unchecked)
         policy = route.policies.on_schema_change
         added, dropped, retyped = _diff(known, incoming)
         if policy is OnSchemaChange.EVOLVE:
@@ -115,6 +122,16 @@ class SchemaTracker:
             self.store.save(table, schema)
         self.current[table] = schema
         self._targets_ready.discard(table)
+
+
+def _stored_types(schema: RowSchema) -> RowSchema:
+    return RowSchema(tuple(dataclasses.replace(c, type=_stored(c.type)) for c in schema.columns))
+
+
+def _stored(column_type: ColumnType) -> ColumnType:
+    """The type without `unit`, which says how values arrive, not how the targets store them."""
+    element = _stored(column_type.element) if column_type.element is not None else None
+    return dataclasses.replace(column_type, unit=None, element=element)
 
 
 def _diff(old: RowSchema, new: RowSchema) -> tuple[list[str], list[str], list[str]]:

@@ -22,6 +22,7 @@ from cdc_sync.core.types import (
     SchemaConversionError,
     TypeKind,
 )
+from cdc_sync.schema.interval import ISO_8601
 
 _SIMPLE: dict[str, TypeKind] = {
     "int2": TypeKind.INT16,
@@ -127,8 +128,9 @@ def column_type_from_catalog(column: CatalogColumn, modes: ConverterModes, path:
         kind = TypeKind.BYTES if modes.binary == "bytes" else TypeKind.STRING
         return ColumnType(kind, optional)
     if name == "interval":
+        # numeric: MicroDuration; string: io.debezium.time.Interval, read into the same int64.
         return ColumnType(
-            TypeKind.INT64 if modes.interval == "numeric" else TypeKind.STRING, optional
+            TypeKind.INT64, optional, unit=ISO_8601 if modes.interval == "string" else None
         )
     if name in ("time", "timestamp"):
         return _temporal(name, column.typmod, modes, optional)

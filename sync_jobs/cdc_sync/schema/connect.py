@@ -12,9 +12,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from cdc_sync.core.types import Column, ColumnType, RowSchema, SchemaConversionError, TypeKind
+from cdc_sync.schema.interval import ISO_8601
 
 DECIMAL = "org.apache.kafka.connect.data.Decimal"
 VARIABLE_SCALE_DECIMAL = "io.debezium.data.VariableScaleDecimal"
+INTERVAL = "io.debezium.time.Interval"  # interval.handling.mode=string: ISO 8601 duration text
 
 # Connect logical type name -> kind; the physical type decides the unit (see values.py).
 LOGICAL_KINDS: dict[str, TypeKind] = {
@@ -50,7 +52,6 @@ TIME_UNITS = {
 PASS_THROUGH_LOGICAL = {
     "io.debezium.time.ZonedTime",  # timetz: "HH:MM:SS[.f]Z"
     "io.debezium.time.MicroDuration",  # interval, interval.handling.mode=numeric: microseconds
-    "io.debezium.time.Interval",  # interval.handling.mode=string: ISO 8601 duration
     "io.debezium.time.IsoDate",
     "io.debezium.time.IsoTime",
     "io.debezium.time.IsoTimestamp",
@@ -95,6 +96,9 @@ def column_type_from_connect(spec: Mapping[str, Any], path: str) -> ColumnType:
     logical = spec.get("name")
     physical = spec.get("type")
     parameters = spec.get("parameters") or {}
+    if logical == INTERVAL:
+        # Stored as MicroDuration would be (int64 microseconds), decoded exactly from the text.
+        return ColumnType(TypeKind.INT64, optional, unit=ISO_8601)
     if logical in LOGICAL_KINDS:
         kind = LOGICAL_KINDS[logical]
         if kind is TypeKind.DECIMAL:

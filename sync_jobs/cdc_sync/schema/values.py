@@ -2,7 +2,8 @@
 
 Python values in a converted row: bool, int, float, str, bytes, Decimal, date, datetime (naive
 for TIMESTAMP, UTC-aware for TIMESTAMP_TZ), str for TIME ("HH:MM:SS[.ffffff]"), JSON and UUID
-(exact text), list for ARRAY. The unchanged-TOAST marker is left untouched for the caller.
+(exact text), list for ARRAY, int microseconds for an interval (MicroDuration, or the ISO text
+of `interval.handling.mode=string`). The unchanged-TOAST marker is left untouched for the caller.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from cdc_sync.core.types import (
     SchemaConversionError,
     TypeKind,
 )
+from cdc_sync.schema.interval import ISO_8601, iso_interval_micros
 from cdc_sync.schema.unavailable import UNAVAILABLE_VALUE
 
 EPOCH_DATE = date(1970, 1, 1)
@@ -69,6 +71,14 @@ def _int(_: ColumnType, raw: Any) -> int:
     if isinstance(raw, bool) or not isinstance(raw, int):
         raise TypeError("expected an integer")
     return raw
+
+
+def _int64(column_type: ColumnType, raw: Any) -> int:
+    if column_type.unit == ISO_8601:  # interval.handling.mode=string
+        if not isinstance(raw, str):
+            raise TypeError("expected an ISO 8601 duration")
+        return iso_interval_micros(raw)
+    return _int(column_type, raw)
 
 
 def _float(_: ColumnType, raw: Any) -> float:
@@ -145,7 +155,7 @@ _READERS = {
     TypeKind.BOOLEAN: _bool,
     TypeKind.INT16: _int,
     TypeKind.INT32: _int,
-    TypeKind.INT64: _int,
+    TypeKind.INT64: _int64,
     TypeKind.FLOAT32: _float,
     TypeKind.FLOAT64: _float,
     TypeKind.STRING: _str,

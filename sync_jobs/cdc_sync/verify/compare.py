@@ -26,6 +26,7 @@ from cdc_sync.core.model import TableId, document_id
 from cdc_sync.core.settings import Connections
 from cdc_sync.mapping import MappingFile, TableRoute
 from cdc_sync.schema.catalog import primary_key_columns
+from cdc_sync.schema.interval import iso_interval_micros
 from cdc_sync.sinks.delta import readback as delta_readback
 from cdc_sync.sinks.redis import readback as cache_readback
 from cdc_sync.sinks.search import readback as search_readback
@@ -104,6 +105,23 @@ class MoneyLoader(Loader):
         return Decimal(_MONEY_NOISE.sub(b"", bytes(data)).decode("ascii"))
 
 
+class IntervalLoader(Loader):
+    """`interval` as the sinks' int64 microseconds, exactly (needs IntervalStyle iso_8601).
+
+    psycopg's own loader gives a timedelta with a month as 30 days; Debezium counts 30.4375.
+    """
+
+    def load(self, data: Buffer) -> int:
+        return iso_interval_micros(bytes(data).decode("ascii"))
+
+
+def register_loaders(conn: psycopg.Connection[Any]) -> None:
+    """Read Postgres values in the form the sinks' values are compared with."""
+    conn.execute("SET intervalstyle = 'iso_8601'")  # the text IntervalLoader parses
+    conn.adapters.register_loader("money", MoneyLoader)
+    conn.adapters.register_loader("interval", IntervalLoader)
+
+
 def canonical(value: Any) -> Any:
     """One representation per meaning: sinks encode decimals, times and JSON differently."""
     if value is None or isinstance(value, bool):
@@ -117,7 +135,7 @@ def canonical(value: Any) -> Any:
         return _utc_time(value)
     if isinstance(value, date | time):
         return value.isoformat()
-    if isinstance(value, timedelta):  # intervals: Debezium's MicroDuration is microseconds
+    if isinstance(value, timedelta):  # a month-free interval (verify reads them as int µs)
         return _number(value // timedelta(microseconds=1))
     if isinstance(value, bytes | bytearray | memoryview):
         # JSON documents hold bytes as base64 text: compare in that form.
@@ -230,7 +248,7 @@ def verify_all(mapping: MappingFile, connections: Connections) -> Report:
     )
     tables: list[TableComparison] = []
     with psycopg.connect(connections.require("pg_url")) as conn:
-        conn.adapters.register_loader("money", MoneyLoader)
+        register_loaders(conn)
         for route in mapping.tables.values():
             expected = source_rows(conn, route)
             key = primary_key(conn, route.table)
