@@ -22,13 +22,20 @@ from cdc_sync.source import kafka_stream
 
 log = logging.getLogger(__name__)
 
+# Records per micro-batch at most: after an outage one batch would otherwise hold the whole
+# backlog in memory (83,772 records were seen in one). ~20k keeps a batch within seconds.
+DEFAULT_MAX_OFFSETS_PER_TRIGGER = 20_000
+
 
 @dataclass(frozen=True)
 class JobOptions:
     checkpoint_dir: Path
     warehouse: Path
     trigger_seconds: float = 1.0
-    max_offsets_per_trigger: int | None = None
+    max_offsets_per_trigger: int | None = DEFAULT_MAX_OFFSETS_PER_TRIGGER  # None: unbounded
+    # Checkpoint offsets the broker no longer has (topic re-created, retention): fail (default)
+    # or warn and continue from the partition's low watermark. The source's failOnDataLoss.
+    fail_on_data_loss: bool = True
     query_name: str | None = None  # default cdc-sync-<mapping>; unique among active queries
 
     @classmethod
@@ -122,6 +129,7 @@ class SyncJob:
             flavor=self.connections.kafka_flavor,
             topics=self.mapping.topics(),
             max_offsets_per_trigger=self.options.max_offsets_per_trigger,
+            fail_on_data_loss=self.options.fail_on_data_loss,
         )
         writer = (
             stream.writeStream.queryName(
