@@ -6,7 +6,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from cdc_sync.core.model import KnownSchemas
@@ -45,6 +45,21 @@ class JobOptions:
             checkpoint_dir=root / "checkpoints" / mapping.path.stem,
             warehouse=Path(connections.warehouse) if connections.warehouse else root / "warehouse",
         )
+
+
+def job_stream(
+    spark: SparkSession, options: JobOptions, *, bootstrap: str, flavor: str, topics: list[str]
+) -> DataFrame:
+    """The Kafka stream the job reads: bounded per micro-batch and checked for data loss as
+    ``options`` say."""
+    return kafka_stream(
+        spark,
+        bootstrap=bootstrap,
+        flavor=flavor,
+        topics=topics,
+        max_offsets_per_trigger=options.max_offsets_per_trigger,
+        fail_on_data_loss=options.fail_on_data_loss,
+    )
 
 
 def build_sinks(
@@ -123,13 +138,12 @@ class SyncJob:
         for route in self.mapping.tables.values():
             for sink in self.sinks:
                 sink.ensure_target(route, None)
-        stream = kafka_stream(
+        stream = job_stream(
             self.spark,
+            self.options,
             bootstrap=self.connections.require("kafka_bootstrap"),
             flavor=self.connections.kafka_flavor,
             topics=self.mapping.topics(),
-            max_offsets_per_trigger=self.options.max_offsets_per_trigger,
-            fail_on_data_loss=self.options.fail_on_data_loss,
         )
         writer = (
             stream.writeStream.queryName(
