@@ -12,12 +12,17 @@ import logging
 import signal
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from importlib.metadata import entry_points
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from cdc_sync.core.errors import ConfigError
 from cdc_sync.core.settings import Connections, SettingsError
+
+if TYPE_CHECKING:
+    from cdc_sync.job.runner import JobOptions
 
 log = logging.getLogger("cdc_sync")
 
@@ -36,6 +41,22 @@ def _connections(args: argparse.Namespace) -> Connections:
     return Connections.load(Path(args.env_file) if args.env_file else None)
 
 
+def job_options(args: argparse.Namespace, defaults: JobOptions) -> JobOptions:
+    """`run` arguments over the job's defaults; --max-offsets-per-trigger 0 means unbounded."""
+    limit = args.max_offsets_per_trigger
+    if limit is None:
+        limit = defaults.max_offsets_per_trigger
+    elif limit == 0:
+        limit = None
+    return replace(
+        defaults,
+        checkpoint_dir=Path(args.checkpoint) if args.checkpoint else defaults.checkpoint_dir,
+        trigger_seconds=args.trigger_seconds,
+        max_offsets_per_trigger=limit,
+        fail_on_data_loss=args.fail_on_data_loss,
+    )
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from cdc_sync.job.runner import JobOptions, SyncJob
     from cdc_sync.job.spark_session import build_spark
@@ -43,13 +64,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     mapping = load_mapping(Path(args.mapping))
     connections = _connections(args)
-    defaults = JobOptions.defaults(mapping, connections)
-    options = JobOptions(
-        checkpoint_dir=Path(args.checkpoint) if args.checkpoint else defaults.checkpoint_dir,
-        warehouse=defaults.warehouse,
-        trigger_seconds=args.trigger_seconds,
-        max_offsets_per_trigger=args.max_offsets_per_trigger,
-    )
+    options = job_options(args, JobOptions.defaults(mapping, connections))
     spark = build_spark()
     job = SyncJob(spark, mapping, connections, options)
     try:
@@ -114,6 +129,13 @@ def cmd_capture(args: argparse.Namespace, rest: list[str]) -> int:
     return capture_main(rest)
 
 
+def _non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 (unbounded) or positive, got {value}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cdc-sync", description=_first_line(__doc__))
     parser.add_argument("-v", "--verbose", action="store_true")
@@ -131,7 +153,19 @@ def build_parser() -> argparse.ArgumentParser:
         "--checkpoint", help="checkpoint dir (default .cdc-sync/checkpoints/<mapping>)"
     )
     run.add_argument("--trigger-seconds", type=float, default=1.0)
-    run.add_argument("--max-offsets-per-trigger", type=int)
+    run.add_argument(
+        "--max-offsets-per-trigger",
+        type=_non_negative,
+        help="records per micro-batch at most, also under --available-now "
+        "(default: the job's bound, JobOptions.max_offsets_per_trigger; 0 = unbounded)",
+    )
+    run.add_argument(
+        "--no-fail-on-data-loss",
+        dest="fail_on_data_loss",
+        action="store_false",
+        help="when the checkpoint's offsets are gone from the broker (topic re-created, "
+        "retention), warn and continue from the partition's low watermark instead of failing",
+    )
     run.add_argument(
         "--available-now", action="store_true", help="process what is in the topics, then stop"
     )

@@ -8,15 +8,19 @@ import re
 import sys
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 from confluent_kafka import Producer
+from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 
 from cdc_sync.core.kafka_clients import admin_config, producer_config
+from cdc_sync.job.runner import JobOptions, job_stream
 from cdc_sync.source import kafka_stream, python_stream, stream_options
 from cdc_sync.source.builtin import builtin_kafka_available
 from cdc_sync.source.offsets import PartitionRange
@@ -84,6 +88,33 @@ class Collector:
 
     def coordinates(self) -> list[Coordinate]:
         return [(topic, partition, offset) for topic, partition, offset, _, _ in self.rows]
+
+
+def one_partition(
+    records: list[tuple[str, int, bytes, bytes]],
+) -> list[tuple[str, int, bytes, bytes]]:
+    return [(topic, 0, key, value) for topic, _, key, value in records]
+
+
+def delete_topics(bootstrap: str, names: list[str]) -> None:
+    admin = AdminClient(admin_config(bootstrap))
+    for future in admin.delete_topics(names).values():
+        future.result(timeout=30)
+
+
+def run_failing(stream: DataFrame, checkpoint: Path) -> str:
+    """Run an availableNow query that must fail; its error message."""
+    query = (
+        stream.writeStream.foreachBatch(Collector())
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    try:
+        query.awaitTermination(timeout=240)
+    except StreamingQueryException as error:
+        return str(error)
+    raise AssertionError(f"the query did not fail (active: {query.isActive})")
 
 
 def run_available_now(stream: DataFrame, checkpoint: Path) -> Collector:
@@ -248,3 +279,88 @@ def test_builtin_kafka_source_reads_each_record_once_when_its_jar_is_present(
     assert "cdc_kafka Python data source" not in caplog.text
     collected = run_available_now(stream, tmp_path / "checkpoint")
     assert_exactly(collected, expected_coordinates(records, {}))
+
+
+def test_recreated_topic_fails_the_restarted_job_naming_partition_and_offsets(
+    spark: SparkSession, kafka: Any, tmp_path: Path
+) -> None:
+    topic = f"reset{uuid.uuid4().hex[:8]}"
+    create_topics(kafka.bootstrap, [topic], partitions=1)
+    produce(kafka, one_partition(keyed_records([topic], 10, "old")))
+    strict = JobOptions(checkpoint_dir=tmp_path / "checkpoint", warehouse=tmp_path / "warehouse")
+
+    def stream(options: JobOptions) -> DataFrame:
+        return job_stream(
+            spark, options, bootstrap=kafka.bootstrap, flavor=kafka.flavor, topics=[topic]
+        )
+
+    assert len(run_available_now(stream(strict), strict.checkpoint_dir).rows) == 10
+
+    # The topic is re-created (as after a broker reset): its offsets start again at 0.
+    delete_topics(kafka.bootstrap, [topic])
+    create_topics(kafka.bootstrap, [topic], partitions=1)
+    fresh = one_partition(keyed_records([topic], 3, "new"))
+    produce(kafka, fresh)
+
+    message = run_failing(stream(strict), strict.checkpoint_dir)
+    assert f"topic '{topic}' partition 0: checkpoint offset 10 is past the partition's end" in (
+        message
+    )
+    assert "low watermark 0, high watermark 3" in message
+    assert "--checkpoint" in message and "--no-fail-on-data-loss" in message
+
+    # failOnDataLoss=false on the same checkpoint: continues at 0 and reads the new records.
+    lenient = replace(strict, fail_on_data_loss=False)
+    resumed = run_available_now(stream(lenient), lenient.checkpoint_dir)
+    assert_exactly(resumed, expected_coordinates(fresh, {}))
+    assert run_available_now(stream(strict), strict.checkpoint_dir).rows == []
+
+
+def test_checkpoint_below_the_retained_offsets_fails_or_continues(
+    spark: SparkSession, kafka: Any, tmp_path: Path
+) -> None:
+    if kafka.flavor == "tansu":
+        pytest.skip("Tansu does not implement DeleteRecords (run with CDC_SYNC_TEST_BROKER=noida)")
+    topic = f"retained{uuid.uuid4().hex[:8]}"
+    create_topics(kafka.bootstrap, [topic], partitions=1)
+    records = one_partition(keyed_records([topic], 10, "r"))
+    produce(kafka, records[:4])
+    strict = JobOptions(checkpoint_dir=tmp_path / "checkpoint", warehouse=tmp_path / "warehouse")
+
+    def stream(options: JobOptions) -> DataFrame:
+        return job_stream(
+            spark, options, bootstrap=kafka.bootstrap, flavor=kafka.flavor, topics=[topic]
+        )
+
+    assert len(run_available_now(stream(strict), strict.checkpoint_dir).rows) == 4
+    produce(kafka, records[4:])
+    # Retention removes offsets 4-6 before the job reads them.
+    admin = AdminClient(admin_config(kafka.bootstrap))
+    for future in admin.delete_records([KafkaTopicPartition(topic, 0, 7)]).values():
+        future.result(timeout=30)
+
+    message = run_failing(stream(strict), strict.checkpoint_dir)
+    assert f"topic '{topic}' partition 0: checkpoint offset 4 is below" in message
+    assert "low watermark 7, high watermark 10" in message
+
+    lenient = replace(strict, fail_on_data_loss=False)
+    resumed = run_available_now(stream(lenient), lenient.checkpoint_dir)
+    assert resumed.coordinates() == [(topic, 0, 7), (topic, 0, 8), (topic, 0, 9)]
+
+
+def test_a_backlog_drains_in_bounded_batches_under_the_job_options(
+    spark: SparkSession, kafka: Any, tmp_path: Path
+) -> None:
+    topic = f"backlog{uuid.uuid4().hex[:8]}"
+    create_topics(kafka.bootstrap, [topic])
+    records = keyed_records([topic], 30, "b")  # 15 per partition: three batches of 10
+    produce(kafka, records)
+    defaults = JobOptions(checkpoint_dir=tmp_path / "checkpoint", warehouse=tmp_path / "w")
+    assert defaults.max_offsets_per_trigger is not None  # bounded unless asked otherwise
+    options = replace(defaults, max_offsets_per_trigger=10)
+    stream = job_stream(
+        spark, options, bootstrap=kafka.bootstrap, flavor=kafka.flavor, topics=[topic]
+    )
+    collected = run_available_now(stream, options.checkpoint_dir)
+    assert_exactly(collected, expected_coordinates(records, {}))
+    assert [size for size in collected.batch_sizes if size] == [10, 10, 10]

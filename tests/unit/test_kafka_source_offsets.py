@@ -149,6 +149,11 @@ def test_builtin_options_map_the_same_stream() -> None:
     assert mapped["maxOffsetsPerTrigger"] == "9"
     assert mapped["startingOffsets"] == "earliest"
     assert mapped["kafka.isolation.level"] == "read_committed"
-    assert mapped["failOnDataLoss"] == "false"
+    # Passed through with the built-in source's own default (true) unless the job says otherwise.
+    assert mapped["failOnDataLoss"] == "true"
+    lenient = stream_options(
+        bootstrap="127.0.0.1:9092", flavor="kafka", topics=["t"], fail_on_data_loss=False
+    )
+    assert builtin_options(lenient)["failOnDataLoss"] == "false"
     # Settings the built-in source refuses or that only cdc_kafka understands are not passed.
     assert not {"cdc.kafka.flavor", "kafka.group.id", "kafka.auto.offset.reset"} & set(mapped)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from cdc_sync.core.model import KnownSchemas
@@ -27,13 +27,20 @@ from cdc_sync.source import kafka_stream
 
 log = logging.getLogger(__name__)
 
+# Records per micro-batch at most: after an outage one batch would otherwise hold the whole
+# backlog in memory (83,772 records were seen in one). ~20k keeps a batch within seconds.
+DEFAULT_MAX_OFFSETS_PER_TRIGGER = 20_000
+
 
 @dataclass(frozen=True)
 class JobOptions:
     checkpoint_dir: Path
     warehouse: Path
     trigger_seconds: float = 1.0
-    max_offsets_per_trigger: int | None = None
+    max_offsets_per_trigger: int | None = DEFAULT_MAX_OFFSETS_PER_TRIGGER  # None: unbounded
+    # Checkpoint offsets the broker no longer has (topic re-created, retention): fail (default)
+    # or warn and continue from the partition's low watermark. The source's failOnDataLoss.
+    fail_on_data_loss: bool = True
     query_name: str | None = None  # default cdc-sync-<mapping>; unique among active queries
 
     @classmethod
@@ -43,6 +50,21 @@ class JobOptions:
             checkpoint_dir=root / "checkpoints" / mapping.path.stem,
             warehouse=Path(connections.warehouse) if connections.warehouse else root / "warehouse",
         )
+
+
+def job_stream(
+    spark: SparkSession, options: JobOptions, *, bootstrap: str, flavor: str, topics: list[str]
+) -> DataFrame:
+    """The Kafka stream the job reads: bounded per micro-batch and checked for data loss as
+    ``options`` say."""
+    return kafka_stream(
+        spark,
+        bootstrap=bootstrap,
+        flavor=flavor,
+        topics=topics,
+        max_offsets_per_trigger=options.max_offsets_per_trigger,
+        fail_on_data_loss=options.fail_on_data_loss,
+    )
 
 
 def build_sinks(
@@ -129,12 +151,12 @@ class SyncJob:
         for route in self.mapping.tables.values():
             for sink in self.sinks:
                 sink.ensure_target(route, None)
-        stream = kafka_stream(
+        stream = job_stream(
             self.spark,
+            self.options,
             bootstrap=self.connections.require("kafka_bootstrap"),
             flavor=self.connections.kafka_flavor,
             topics=self.mapping.topics(),
-            max_offsets_per_trigger=self.options.max_offsets_per_trigger,
         )
         writer = (
             stream.writeStream.queryName(

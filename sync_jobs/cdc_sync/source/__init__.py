@@ -13,6 +13,7 @@ from pyspark.sql import DataFrame, SparkSession
 from cdc_sync.source.builtin import builtin_kafka_available, builtin_stream
 from cdc_sync.source.options import (
     BOOTSTRAP,
+    FAIL_ON_DATA_LOSS,
     FLAVOR,
     MAX_OFFSETS_PER_TRIGGER,
     SOURCE_NAME,
@@ -34,9 +35,15 @@ def stream_options(
     topics: list[str] | None = None,
     pattern: str | None = None,
     max_offsets_per_trigger: int | None = None,
+    fail_on_data_loss: bool = True,
 ) -> dict[str, str]:
     """Options understood by both sources (validated here, once)."""
-    options = {BOOTSTRAP: bootstrap, FLAVOR: flavor, "startingOffsets": "earliest"}
+    options = {
+        BOOTSTRAP: bootstrap,
+        FLAVOR: flavor,
+        "startingOffsets": "earliest",
+        FAIL_ON_DATA_LOSS: str(fail_on_data_loss).lower(),
+    }
     if topics is not None:
         options[SUBSCRIBE] = ",".join(topics)
     if pattern is not None:
@@ -55,6 +62,7 @@ def kafka_stream(
     topics: list[str] | None = None,
     pattern: str | None = None,
     max_offsets_per_trigger: int | None = None,
+    fail_on_data_loss: bool = True,
 ) -> DataFrame:
     options = stream_options(
         bootstrap=bootstrap,
@@ -62,6 +70,7 @@ def kafka_stream(
         topics=topics,
         pattern=pattern,
         max_offsets_per_trigger=max_offsets_per_trigger,
+        fail_on_data_loss=fail_on_data_loss,
     )
     if builtin_kafka_available(spark):
         log.info("kafka source: Spark built-in format('kafka')")

@@ -49,9 +49,9 @@ def builtin_kafka_available(spark: SparkSession) -> bool:
 def builtin_options(options: Mapping[str, str]) -> dict[str, str]:
     """Map ``cdc_kafka`` options onto the built-in source's.
 
-    Stream options (subscribe, subscribePattern, startingOffsets, maxOffsetsPerTrigger) have
-    the same names in both. The flavour becomes the Java-compatible part of consumer_config();
-    ``failOnDataLoss=false`` makes offsets lost to retention/compaction a skip, as in cdc_kafka.
+    Stream options (subscribe, subscribePattern, startingOffsets, maxOffsetsPerTrigger,
+    failOnDataLoss) have the same names and defaults in both, so they pass through as given.
+    The flavour becomes the Java-compatible part of consumer_config().
     """
     flavor = next((v for k, v in options.items() if k.lower() == FLAVOR), "kafka")
     bootstrap = next(v for k, v in options.items() if k.lower() == BOOTSTRAP)
@@ -60,7 +60,6 @@ def builtin_options(options: Mapping[str, str]) -> dict[str, str]:
         for name, value in consumer_config(bootstrap, flavor).items()
         if name in JAVA_COMPATIBLE_SETTINGS
     }
-    mapped["failOnDataLoss"] = "false"
     # cdc.kafka.* settings belong to cdc_kafka alone.
     mapped.update({k: v for k, v in options.items() if not k.lower().startswith("cdc.kafka.")})
     return mapped

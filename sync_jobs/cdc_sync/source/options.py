@@ -23,6 +23,8 @@ SUBSCRIBE = "subscribe"
 SUBSCRIBE_PATTERN = "subscribePattern"
 STARTING_OFFSETS = "startingOffsets"
 MAX_OFFSETS_PER_TRIGGER = "maxOffsetsPerTrigger"
+# Same name and default (true) as Spark's built-in kafka source.
+FAIL_ON_DATA_LOSS = "failOnDataLoss"
 FETCH_TIMEOUT = "cdc.kafka.fetchTimeoutMs"
 KNOWN_OPTIONS = (
     BOOTSTRAP,
@@ -31,6 +33,7 @@ KNOWN_OPTIONS = (
     SUBSCRIBE_PATTERN,
     STARTING_OFFSETS,
     MAX_OFFSETS_PER_TRIGGER,
+    FAIL_ON_DATA_LOSS,
     FETCH_TIMEOUT,
 )
 
@@ -51,6 +54,9 @@ class KafkaSourceOptions:
     starting: str | PartitionOffsets
     max_offsets_per_trigger: int | None
     fetch_timeout_ms: int
+    # A checkpoint offset outside the broker's [low, high] watermarks: fail (true) or warn and
+    # continue from the low watermark (false). See cdc_sync.source.data_loss.
+    fail_on_data_loss: bool = True
     # Other ``kafka.<setting>`` options, passed to the consumer as ``<setting>`` (like Spark).
     consumer_overrides: tuple[tuple[str, str], ...] = ()
 
@@ -116,6 +122,7 @@ def parse_options(raw: Mapping[str, str]) -> KafkaSourceOptions:
             get(MAX_OFFSETS_PER_TRIGGER), MAX_OFFSETS_PER_TRIGGER
         ),
         fetch_timeout_ms=_parse_positive(get(FETCH_TIMEOUT), FETCH_TIMEOUT) or 60_000,
+        fail_on_data_loss=_parse_bool(get(FAIL_ON_DATA_LOSS), FAIL_ON_DATA_LOSS, default=True),
         consumer_overrides=tuple(
             sorted(
                 (key.removeprefix(KAFKA_PREFIX), value)
@@ -152,3 +159,11 @@ def _parse_positive(value: str | None, name: str) -> int | None:
     if number <= 0:
         raise ValueError(f"{SOURCE_NAME}: option {name!r} must be positive, got {number}")
     return number
+
+
+def _parse_bool(value: str | None, name: str, *, default: bool) -> bool:
+    if value is None:
+        return default
+    if value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    raise ValueError(f"{SOURCE_NAME}: option {name!r} must be 'true' or 'false', got {value!r}")

@@ -35,6 +35,7 @@ from pyspark.sql.types import (
 )
 
 from cdc_sync.core.kafka_clients import consumer_config
+from cdc_sync.source.data_loss import Watermarks, checked_span, checked_starts
 from cdc_sync.source.offsets import (
     OffsetJson,
     PartitionOffsets,
@@ -145,9 +146,7 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             found.extend((topic_name, partition) for partition in topic.partitions)
         return sorted(found)
 
-    def _watermarks(
-        self, partitions: Sequence[TopicPartition]
-    ) -> dict[TopicPartition, tuple[int, int]]:
+    def _watermarks(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, Watermarks]:
         marks = {}
         for topic, partition in partitions:
             low, high = self.metadata_consumer.get_watermark_offsets(
@@ -181,18 +180,22 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if limit is None:
             limit = self.getDefaultReadLimit()
         begin = from_offset_json(start)
+        marks = self._watermarks(self._partitions())
+        # Fails (failOnDataLoss) or rebases partitions whose checkpoint offset the broker lost.
+        starts = checked_starts(begin, marks, fail_on_data_loss=self.options.fail_on_data_loss)
         if self._available_now_target is not None:
             latest = dict(self._available_now_target)
         else:
-            latest = self._high_watermarks()
-        # Never move a partition backwards, and keep partitions that disappeared from metadata
-        # (Spark requires offsets to be monotonic; a vanished topic just stops advancing).
+            latest = {tp: high for tp, (_, high) in marks.items()}
+        # Keep partitions that disappeared from metadata (a vanished topic stops advancing) and
+        # move none backwards except those rebased above (the partitions() of this batch then
+        # reads them from their low watermark).
         end = dict(begin)
         for tp, high in latest.items():
-            end[tp] = max(high, begin.get(tp, 0))
+            end[tp] = max(high, starts.get(tp, 0))
         # Pre-4.2 calls carry no start, so there is nothing to cap against.
         if isinstance(limit, ReadMaxRows) and start is not None:
-            end = {**end, **cap_total(begin, end, limit.max_rows)}
+            end = {**end, **cap_total(starts, end, limit.max_rows)}
         return to_offset_json(end)
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -209,7 +212,14 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(
         self, start: Mapping[str, Mapping[str, int]], end: Mapping[str, Mapping[str, int]]
     ) -> Sequence[InputPartition]:
-        spans = ranges_between(from_offset_json(start), from_offset_json(end))
+        begin, until = from_offset_json(start), from_offset_json(end)
+        # Checked again here: after a restart Spark re-plans the uncommitted batch from the
+        # checkpoint without calling latestOffset. Only partitions that move are looked up.
+        moving = [tp for tp in self._partitions() if begin.get(tp) != until.get(tp)]
+        starts = checked_starts(
+            begin, self._watermarks(moving), fail_on_data_loss=self.options.fail_on_data_loss
+        )
+        spans = ranges_between(starts, until)
         return [KafkaPartitionRange(span) for span in spans]
 
     def commit(self, end: Mapping[str, Mapping[str, int]]) -> None:
@@ -231,15 +241,25 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 
 def consume_range(options: KafkaSourceOptions, span: PartitionRange) -> Iterator[Message]:
-    """Messages of ``[start, end)`` in offset order, skipping offsets the broker lost.
+    """Messages of ``[start, end)`` in offset order.
 
-    A start below the log start (retention) is reset to the earliest offset by the consumer
-    (``auto.offset.reset=earliest``); gaps inside the range (compaction, transaction markers)
-    simply never arrive. Reaching ``end`` is detected by a message at or past it or by the
-    partition-EOF event at or past it.
+    A start outside the broker's watermarks (retention, topic re-created since planning) fails
+    or, with failOnDataLoss=false, is skipped past (see ``checked_span``); gaps inside the range
+    (compaction, transaction markers) simply never arrive. Reaching ``end`` is detected by a
+    message at or past it or by the partition-EOF event at or past it.
     """
     consumer = _consumer(options, **{"enable.partition.eof": True})
     try:
+        low, high = consumer.get_watermark_offsets(
+            KafkaTopicPartition(span.topic, span.partition),
+            timeout=METADATA_TIMEOUT_S,
+            cached=False,
+        )
+        span = checked_span(
+            span, (int(low), int(high)), fail_on_data_loss=options.fail_on_data_loss
+        )
+        if span.size == 0:
+            return
         consumer.assign([KafkaTopicPartition(span.topic, span.partition, span.start)])
         next_offset = span.start
         deadline = time.monotonic() + options.fetch_timeout_ms / 1000

@@ -1,0 +1,183 @@
+"""failOnDataLoss: checkpoint offsets against the broker's watermarks (no Kafka, no Spark)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from pyspark.sql.streaming.datasource import ReadMaxRows
+
+from cdc_sync.source import stream_options
+from cdc_sync.source.data_loss import (
+    DataLossError,
+    LostOffset,
+    checked_span,
+    checked_starts,
+    find_lost,
+    resolve_starts,
+)
+from cdc_sync.source.offsets import PartitionRange, to_offset_json
+from cdc_sync.source.options import parse_options
+from cdc_sync.source.python_kafka import CdcKafkaStreamReader, KafkaPartitionRange
+
+pytestmark = pytest.mark.unit
+
+MARKS = {("t", 0): (0, 5), ("t", 1): (40, 90), ("u", 0): (0, 0)}
+
+
+def test_offsets_within_the_watermarks_are_kept() -> None:
+    start = {("t", 0): 5, ("t", 1): 40, ("u", 0): 0}
+    assert find_lost(start, MARKS) == []
+    assert checked_starts(start, MARKS, fail_on_data_loss=True) == start
+
+
+def test_offsets_past_the_end_and_below_the_start_are_lost() -> None:
+    start = {("t", 0): 120, ("t", 1): 12, ("u", 0): 0}
+    assert find_lost(start, MARKS) == [
+        LostOffset("t", 0, 120, 0, 5),
+        LostOffset("t", 1, 12, 40, 90),
+    ]
+
+
+def test_partitions_the_broker_does_not_list_are_not_checked() -> None:
+    # A deleted topic stops advancing; it is checked again once it exists.
+    assert find_lost({("gone", 0): 7}, MARKS) == []
+
+
+def test_data_loss_error_names_topic_partition_offsets_and_the_way_out() -> None:
+    with pytest.raises(DataLossError) as caught:
+        checked_starts({("t", 0): 120, ("t", 1): 12}, MARKS, fail_on_data_loss=True)
+    message = str(caught.value)
+    assert "topic 't' partition 0: checkpoint offset 120 is past the partition's end" in message
+    assert "low watermark 0, high watermark 5" in message
+    assert "topic 't' partition 1: checkpoint offset 12 is below the earliest retained" in message
+    assert "low watermark 40, high watermark 90" in message
+    assert "--checkpoint" in message
+    assert "failOnDataLoss=false" in message
+    assert "--no-fail-on-data-loss" in message
+    assert [(item.topic, item.partition) for item in caught.value.lost] == [("t", 0), ("t", 1)]
+
+
+def test_continuing_resumes_at_the_low_watermark_and_warns(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    start = {("t", 0): 120, ("t", 1): 12, ("u", 0): 0}
+    with caplog.at_level(logging.WARNING, logger="cdc_sync.source.data_loss"):
+        resolved = checked_starts(start, MARKS, fail_on_data_loss=False)
+    # Past the end: a re-created topic's records start again at 0, so 0 (not 5) reads them.
+    assert resolved == {("t", 0): 0, ("t", 1): 40, ("u", 0): 0}
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 2
+    assert "topic 't' partition 0: checkpoint offset 120" in warnings[0]
+    assert "high watermark 5" in warnings[0]
+    assert "continuing from offset 0" in warnings[0]
+    assert "continuing from offset 40" in warnings[1]
+
+
+def test_new_partitions_start_at_their_low_watermark_without_loss() -> None:
+    assert resolve_starts({("t", 0): 3}, MARKS, []) == {("t", 0): 3, ("t", 1): 40, ("u", 0): 0}
+    assert checked_starts({}, MARKS, fail_on_data_loss=True) == {
+        ("t", 0): 0,
+        ("t", 1): 40,
+        ("u", 0): 0,
+    }
+
+
+def test_read_time_check_of_a_planned_range() -> None:
+    span = PartitionRange("t", 1, 50, 60)
+    assert checked_span(span, (40, 90), fail_on_data_loss=True) == span
+    with pytest.raises(DataLossError, match="checkpoint offset 50 is below"):
+        checked_span(span, (55, 90), fail_on_data_loss=True)
+    with pytest.raises(DataLossError, match="checkpoint offset 50 is past"):
+        checked_span(span, (0, 3), fail_on_data_loss=True)
+    assert checked_span(span, (55, 90), fail_on_data_loss=False) == PartitionRange("t", 1, 55, 60)
+    assert checked_span(span, (70, 90), fail_on_data_loss=False).size == 0
+    # Past the end when the read starts: nothing of this range exists; the next plan resumes.
+    assert checked_span(span, (0, 3), fail_on_data_loss=False).size == 0
+
+
+def test_fail_on_data_loss_option_defaults_to_true_like_the_builtin_source() -> None:
+    base = {"kafka.bootstrap.servers": "h:1", "subscribe": "t"}
+    assert parse_options(base).fail_on_data_loss is True
+    assert parse_options({**base, "failondataloss": "False"}).fail_on_data_loss is False
+    assert parse_options(stream_options(bootstrap="h:1", flavor="kafka", topics=["t"]))
+    with pytest.raises(ValueError, match="failOnDataLoss"):
+        parse_options({**base, "failOnDataLoss": "maybe"})
+
+
+class FakeMetadataConsumer:
+    """list_topics / get_watermark_offsets of a broker holding ``marks``."""
+
+    def __init__(self, marks: dict[tuple[str, int], tuple[int, int]]) -> None:
+        self.marks = marks
+
+    def list_topics(self, timeout: float) -> Any:
+        topics: dict[str, Any] = {}
+        for topic, partition in self.marks:
+            entry = topics.setdefault(topic, SimpleNamespace(error=None, partitions={}))
+            entry.partitions[partition] = None
+        return SimpleNamespace(topics=topics)
+
+    def get_watermark_offsets(self, tp: Any, timeout: float, cached: bool) -> tuple[int, int]:
+        return self.marks[(tp.topic, tp.partition)]
+
+    def close(self) -> None:
+        return None
+
+
+def reader(marks: dict[tuple[str, int], tuple[int, int]], **options: str) -> CdcKafkaStreamReader:
+    raw = {"kafka.bootstrap.servers": "h:1", "subscribe": "t", **options}
+    result = CdcKafkaStreamReader(parse_options(raw))
+    result._metadata_consumer = FakeMetadataConsumer(marks)  # type: ignore[assignment]
+    return result
+
+
+def test_planning_fails_when_the_topic_was_recreated_below_the_checkpoint() -> None:
+    planner = reader({("t", 0): (0, 3)})
+    checkpoint = to_offset_json({("t", 0): 120})
+    with pytest.raises(DataLossError, match="topic 't' partition 0: checkpoint offset 120"):
+        planner.latestOffset(checkpoint, ReadMaxRows(100))
+    # After a restart Spark re-plans the uncommitted batch [120, 130) through partitions() alone.
+    with pytest.raises(DataLossError, match="high watermark 3"):
+        planner.partitions(checkpoint, to_offset_json({("t", 0): 130}))
+
+
+def test_planning_continues_from_the_low_watermark_when_told_to() -> None:
+    planner = reader({("t", 0): (0, 3), ("t", 1): (10, 30)}, failOnDataLoss="false")
+    checkpoint = to_offset_json({("t", 0): 120, ("t", 1): 2})
+    end = planner.latestOffset(checkpoint, ReadMaxRows(100))
+    assert end == {"t": {"0": 3, "1": 30}}
+    spans = planner.partitions(checkpoint, end)
+    assert [p.span for p in spans if isinstance(p, KafkaPartitionRange)] == [
+        PartitionRange("t", 0, 0, 3),
+        PartitionRange("t", 1, 10, 30),
+    ]
+
+
+def test_planning_caps_a_backlog_from_the_checkpoint() -> None:
+    planner = reader({("t", 0): (0, 100)})
+    assert planner.latestOffset({"t": {"0": 10}}, ReadMaxRows(30)) == {"t": {"0": 40}}
+
+
+def test_job_defaults_bound_the_micro_batch_and_fail_on_data_loss(tmp_path: Path) -> None:
+    from cdc_sync.cli import build_parser, job_options
+    from cdc_sync.job.runner import DEFAULT_MAX_OFFSETS_PER_TRIGGER, JobOptions
+
+    defaults = JobOptions(checkpoint_dir=tmp_path / "c", warehouse=tmp_path / "w")
+    assert defaults.max_offsets_per_trigger == DEFAULT_MAX_OFFSETS_PER_TRIGGER == 20_000
+    assert defaults.fail_on_data_loss is True
+
+    def parsed(*argv: str) -> JobOptions:
+        args: argparse.Namespace = build_parser().parse_args(["run", "--mapping", "m", *argv])
+        return job_options(args, defaults)
+
+    assert parsed().max_offsets_per_trigger == 20_000
+    assert parsed().fail_on_data_loss is True
+    assert parsed("--max-offsets-per-trigger", "500").max_offsets_per_trigger == 500
+    assert parsed("--max-offsets-per-trigger", "0").max_offsets_per_trigger is None
+    assert parsed("--no-fail-on-data-loss").fail_on_data_loss is False
+    assert parsed("--checkpoint", "elsewhere").checkpoint_dir == Path("elsewhere")
