@@ -92,6 +92,34 @@ def test_updates_of_every_type_converge(types_pipeline: SyncHarness) -> None:
     assert report.tables[0].source_count == 2
 
 
+def test_unchanged_toasted_values_of_every_type_are_kept(
+    types_pipeline: SyncHarness, types_mode: str
+) -> None:
+    """Large, poorly compressible values are stored out of line; an update of another column
+    then sends Debezium's placeholder for each, in its per-type form (schema/unavailable.py):
+    no sink may store a placeholder as data or lose the value."""
+    series = "(SELECT string_agg(md5(g::text), '' ORDER BY g) FROM generate_series(1, 400) g)"
+    # Under binary.handling.mode=base64 Debezium sends an unchanged TOASTed bytea as null, which
+    # nothing can tell from a real null (`connectors validate` warns): keep bytea inline there.
+    bytea = "'\\x0102'::bytea" if types_mode == "binary-base64" else f"decode({series}, 'hex')"
+    types_pipeline.run_sql(
+        [
+            f"UPDATE types.all_types SET c_text = {series}, "
+            f"c_bytea = {bytea}, c_xml = ('<a>' || {series} || '</a>')::xml, "
+            "c_jsonb = (SELECT jsonb_object_agg(md5(g::text), md5((g + 1)::text)) "
+            "FROM generate_series(1, 300) g), "
+            "c_json = (SELECT json_object_agg(md5(g::text), g) FROM generate_series(1, 400) g), "
+            "c_int_array = (SELECT array_agg(hashtext(g::text)) FROM generate_series(1, 3000) g), "
+            "c_text_array = (SELECT array_agg(md5(g::text)) FROM generate_series(1, 400) g) "
+            "WHERE id = 1",
+        ]
+    )
+    types_pipeline.wait_converged(timeout_seconds=120)
+    types_pipeline.run_sql(["UPDATE types.all_types SET c_int2 = 7 WHERE id = 1"])
+    report = types_pipeline.wait_converged(timeout_seconds=120)
+    assert report.converged
+
+
 def test_delta_types_are_exact_where_arrow_allows(
     types_pipeline: SyncHarness, types_mode: str
 ) -> None:
@@ -192,16 +220,23 @@ def test_values_read_from_postgres_equal_what_debezium_sends(
             connections.require("kafka_bootstrap"), connections.kafka_flavor, f"t{uuid.uuid4()}"
         )
     )
-    sent: list[Change] = []
+    # Per key, the newest record holding every TOASTable column: after it only placeholders
+    # (unchanged values) or other columns changed, so it holds what Postgres holds now.
+    latest: dict[object, Change] = {}
     try:
         consumer.assign([TopicPartition(topic, 0, 0)])
-        while len(sent) < 3 and (message := consumer.poll(30)) is not None:
+        while (message := consumer.poll(3)) is not None:
+            if message.value() is None:
+                continue
             parsed = parse_record(message.key(), message.value(), Coordinates(topic, 0, 0))
-            if isinstance(parsed, Change) and parsed.op.value == "r":
-                sent.append(parsed)
+            if not isinstance(parsed, Change) or parsed.row is None:
+                latest.pop(parsed.key[0][1], None)
+            elif set(TOASTABLE) <= set(parsed.row):
+                latest[parsed.key[0][1]] = parsed
     finally:
         consumer.close()
-    assert len(sent) == 3
+    sent = list(latest.values())
+    assert sent
     schema = sent[0].schema
     assert schema is not None
     modes = ConverterModes.from_connector(CONNECTOR_MODES | MODES[types_mode])

@@ -17,7 +17,8 @@ from typing import Any
 
 from cdc_sync.core.model import Change, Coordinates, KnownSchemas, Op, TableId, Tombstone
 from cdc_sync.core.types import RowSchema
-from cdc_sync.schema import UNAVAILABLE_VALUE, convert_row, row_schema_from_connect
+from cdc_sync.schema import convert_row, row_schema_from_connect
+from cdc_sync.schema.unavailable import is_unavailable
 
 
 class MalformedRecord(ValueError):
@@ -154,14 +155,19 @@ def _parse_payload(
     if not isinstance(after, dict):
         raise MalformedRecord(coordinates, f"{where}.after", f"missing for op {op.value!r}")
     row_schema = row_schema_of()
+    # Unchanged TOAST values are left out of the row: the fold, the sinks or a read from
+    # Postgres fill them (job.fold, job.unavailable); they are never written as data.
+    placeholders_possible = op in (Op.CREATE, Op.UPDATE)
+    unavailable = frozenset(
+        column.name
+        for column in row_schema.columns
+        if is_unavailable(column.type, after.get(column.name), placeholders_possible)
+    )
     try:
-        row = convert_row(row_schema, after)
+        row = convert_row(row_schema, after, skip=unavailable)
     except ValueError as exc:
         raise MalformedRecord(coordinates, f"{where}.after", str(exc)) from exc
-    unavailable = frozenset(name for name, value in after.items() if _is_unavailable(value))
-    # Unchanged TOAST values are left out of the row: sinks merge them with what they hold.
-    stored = {name: value for name, value in row.items() if name not in unavailable}
-    return Change(table, key, op, version, stored, coordinates, ts_ms, unavailable, row_schema)
+    return Change(table, key, op, version, row, coordinates, ts_ms, unavailable, row_schema)
 
 
 def _incremental_snapshot_position(source: Mapping[str, Any]) -> int | None:
@@ -173,13 +179,6 @@ def _incremental_snapshot_position(source: Mapping[str, Any]) -> int | None:
         return int(next(p for p in reversed(positions) if p is not None))
     except (TypeError, ValueError, StopIteration):
         return None
-
-
-def _is_unavailable(value: Any) -> bool:
-    # Unchanged TOAST: a string marker, or (arrays) a list holding only the marker.
-    if value == UNAVAILABLE_VALUE:
-        return True
-    return isinstance(value, list) and len(value) == 1 and value[0] == UNAVAILABLE_VALUE
 
 
 def _table_from_source(source: Mapping[str, Any], coordinates: Coordinates) -> TableId:

@@ -24,20 +24,22 @@ from cdc_sync.core.types import (
     TypeKind,
 )
 from cdc_sync.schema.interval import ISO_8601, iso_interval_micros
-from cdc_sync.schema.unavailable import UNAVAILABLE_VALUE
 
 EPOCH_DATE = date(1970, 1, 1)
 EPOCH = datetime(1970, 1, 1)
 MICROS_PER_DAY = 86_400_000_000
 
 
-def convert_row(schema: RowSchema, payload: Mapping[str, Any]) -> dict[str, Any]:
+def convert_row(
+    schema: RowSchema, payload: Mapping[str, Any], skip: frozenset[str] = frozenset()
+) -> dict[str, Any]:
+    """The columns of `schema` converted, except `skip` (unchanged-TOAST placeholders, see
+    `schema.unavailable`), which are left out of the row."""
     row: dict[str, Any] = {}
     for column in schema.columns:
-        raw = payload.get(column.name)
-        if raw == UNAVAILABLE_VALUE or raw == [UNAVAILABLE_VALUE]:
-            row[column.name] = raw
+        if column.name in skip:
             continue
+        raw = payload.get(column.name)
         try:
             row[column.name] = convert_value(column.type, raw)
         except (TypeError, ValueError, ArithmeticError, binascii.Error) as exc:
