@@ -123,3 +123,15 @@ def test_a_key_of_the_wrong_type_is_a_terminal_record_failure(
     assert result.applied == 1
     [failure] = result.failures
     assert failure.change.doc_id == "7" and failure.error_class == "ResponseError"
+
+
+def test_equal_versions_of_one_transaction_keep_kafka_order_across_batches(
+    sink: RedisSink, route: TableRoute, client: redis.Redis
+) -> None:
+    """Delete + re-insert in one transaction share its version: the re-insert, later in Kafka
+    order but in the next micro-batch, must apply."""
+    apply(sink, route, change(route, "c", 10, 6, product(6, name="before")))
+    apply(sink, route, change(route, "d", 30, 6))
+    assert apply(sink, route, change(route, "c", 30, 6, product(6, name="again"))) == (1, 0, 0)
+    row = stored(client, route, 6)
+    assert row is not None and row["name"] == "again"

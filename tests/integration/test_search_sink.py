@@ -120,3 +120,14 @@ def test_an_existing_index_gets_the_tombstone_retention_as_gc_deletes(sink: Sear
     held = sink.backend.settings(alias)
     assert [s["index"]["gc_deletes"] for s in held.values()] == ["3600s"]
     assert search_readback.field_types(sink.backend, alias) == {}
+
+
+def test_equal_versions_of_one_transaction_keep_kafka_order_across_batches(
+    sink: SearchSink, route: TableRoute
+) -> None:
+    """Delete + re-insert in one transaction share its version: the re-insert, later in Kafka
+    order but in the next micro-batch, must apply (external_gte)."""
+    apply(sink, route, change(route, "c", 10, 6, product(6, name="before")))
+    apply(sink, route, change(route, "d", 30, 6))
+    assert apply(sink, route, change(route, "c", 30, 6, product(6, name="again"))) == (1, 0, 0)
+    assert docs(sink, route)["6"]["name"] == "again"

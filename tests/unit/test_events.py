@@ -79,7 +79,7 @@ def test_null_value_is_a_tombstone() -> None:
         (
             key_bytes("products", {"id": 1}),
             envelope_bytes("products", "c", 1, product(1)).replace(b'"lsn": 1', b'"lsn": null'),
-            "value.payload.source.lsn",
+            "value.payload.source.sequence",
         ),
         (
             key_bytes("products", {"id": 1}),
@@ -128,7 +128,54 @@ def test_incremental_snapshot_rows_take_their_version_from_the_sequence() -> Non
     parsed = parse_record(
         key_bytes("products", {"id": 1}), json.dumps(envelope).encode(), coords(1)
     )
-    assert isinstance(parsed, Change) and parsed.version == 30855944
+    assert isinstance(parsed, Change) and parsed.version == 30855900  # the last commit
     source.update(sequence=None)
-    with pytest.raises(MalformedRecord, match="lsn"):
+    with pytest.raises(MalformedRecord, match="sequence"):
         parse_record(key_bytes("products", {"id": 1}), json.dumps(envelope).encode(), coords(2))
+
+
+def versioned(key: int, lsn: int, sequence: str | None, offset: int) -> Change:
+    envelope = json.loads(envelope_bytes("products", "u", lsn, product(key)))
+    envelope["payload"]["source"]["sequence"] = sequence
+    parsed = parse_record(
+        key_bytes("products", {"id": key}), json.dumps(envelope).encode(), coords(offset)
+    )
+    assert isinstance(parsed, Change)
+    return parsed
+
+
+def test_versions_follow_commit_order_not_the_changes_own_lsn() -> None:
+    # Observed on Debezium 3.6.3: T1 updates row 1 (lsn 30720856) before T2 updates row 2
+    # (30720944), T2 commits first, then T1 updates row 3 and commits; then T3 updates row 1.
+    t2 = versioned(2, 30720944, '["30720808","30720944"]', 0)
+    t1_first = versioned(1, 30720856, '["30721080","30720856"]', 1)
+    t1_last = versioned(3, 30721080, '["30721080","30721080"]', 2)
+    t3 = versioned(1, 30721216, '["30721216","30721216"]', 3)
+    assert t2.version < t1_first.version == t1_last.version < t3.version
+    assert t1_first.version > t2.version  # by its own lsn it would come first
+
+
+def test_a_change_written_first_but_committed_last_wins() -> None:
+    """T1 writes key 5 first (lsn 100) and commits after T2 wrote it (lsn 110): in commit order
+    T1 is newer, and the fold keeps it (by lsn T2 would win and T1 be fenced forever)."""
+    from cdc_sync.job.fold import fold
+
+    t2 = versioned(5, 110, '["90","110"]', 0)
+    t1 = versioned(5, 100, '["130","100"]', 1)
+    older, newer = sorted([t1, t2], key=lambda c: c.version)
+    assert fold(older, newer) is t1
+
+
+def test_without_a_last_commit_the_changes_own_position_stands_in() -> None:
+    # The first transaction after the connector starts or snapshots: `[null, lsn]`.
+    assert versioned(1, 500, '[null,"500"]', 0).version == 500
+    assert versioned(1, 500, None, 0).version == 500
+
+
+def test_sinks_written_with_change_lsns_keep_converging_after_the_upgrade() -> None:
+    """Before this release a version was the change's own lsn. Any later transaction's
+    commit-order version is the commit end of a transaction that committed after those changes,
+    so it exceeds every lsn stored before the upgrade: new changes are never fenced by old ones."""
+    stored_before_upgrade = [30720944, 30720856, 30721080]  # T2, T1, T1 (their own lsns)
+    next_change = versioned(1, 30721216, '["30721216","30721216"]', 3)
+    assert all(next_change.version > old for old in stored_before_upgrade)

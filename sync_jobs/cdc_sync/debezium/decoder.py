@@ -142,11 +142,11 @@ def _parse_payload(
     source = payload.get("source")
     if not isinstance(source, dict):
         raise MalformedRecord(coordinates, f"{where}.source", "missing")
-    version = source.get("lsn")
-    if version is None and source.get("snapshot") == "incremental":
-        version = _incremental_snapshot_position(source)
-    if not isinstance(version, int) or isinstance(version, bool) or version < 0:
-        raise MalformedRecord(coordinates, f"{where}.source.lsn", "missing or not an LSN")
+    version = commit_order_version(source)
+    if version is None:
+        raise MalformedRecord(
+            coordinates, f"{where}.source.sequence", "missing or holds no LSN (and no lsn)"
+        )
     table = _table_from_source(source, coordinates)
     ts_ms = source.get("ts_ms") if isinstance(source.get("ts_ms"), int) else None
     if op is Op.DELETE:
@@ -170,15 +170,38 @@ def _parse_payload(
     return Change(table, key, op, version, row, coordinates, ts_ms, unavailable, row_schema)
 
 
-def _incremental_snapshot_position(source: Mapping[str, Any]) -> int | None:
-    """Incremental-snapshot rows carry no `lsn`; `sequence` holds [last commit LSN, current LSN]
-    as strings. The current LSN orders the row after every change it reflects; changes to the
-    same key during the chunk's window are de-duplicated by Debezium itself."""
+def commit_order_version(source: Mapping[str, Any]) -> int | None:
+    """The change's version: a position that orders changes the way Postgres committed them.
+
+    pgoutput streams whole transactions in commit order, but a change's own `lsn` is where it
+    was written, and interleaved transactions write in one order and commit in another. Debezium's
+    `source.sequence` is `[last commit, lsn]`: its first element is the commit end of the
+    transaction decoded just before this one, the same for every change of a transaction and
+    strictly greater from one transaction to the next. Changes of one transaction therefore share
+    a version and keep their Kafka order (sinks fence with >=). Where it is null (the first
+    transaction after the connector starts or snapshots, snapshot rows `[null, S]`) the change's
+    own position stands in: it lies past the snapshot's consistent point S and before the
+    commit end that versions the next transaction. Incremental-snapshot rows carry no `lsn`;
+    their sequence is that of the chunk's closing watermark, ordering them after every change
+    they reflect (Debezium drops chunk rows of keys changed inside the window).
+    """
+    sequence = _sequence(source)
+    if sequence and sequence[0] is not None:
+        return sequence[0]
+    lsn = source.get("lsn")
+    if isinstance(lsn, int) and not isinstance(lsn, bool) and lsn >= 0:
+        return lsn
+    return sequence[-1] if sequence and sequence[-1] is not None else None
+
+
+def _sequence(source: Mapping[str, Any]) -> list[int | None]:
     try:
         positions = json.loads(source.get("sequence") or "null")
-        return int(next(p for p in reversed(positions) if p is not None))
-    except (TypeError, ValueError, StopIteration):
-        return None
+        if not isinstance(positions, list):
+            return []
+        return [None if p is None else int(p) for p in positions]
+    except (TypeError, ValueError):
+        return []
 
 
 def _table_from_source(source: Mapping[str, Any], coordinates: Coordinates) -> TableId:

@@ -1,12 +1,14 @@
 """The fenced MERGE, as SQL expressions shared by the deltalake and delta-spark writers.
 
     MERGE INTO t USING s ON <key equality>
-    WHEN MATCHED AND s._cdc_deleted AND s._cdc_version > t._cdc_version THEN DELETE
-    WHEN MATCHED AND NOT s._cdc_deleted AND s._cdc_version > t._cdc_version THEN UPDATE SET
+    WHEN MATCHED AND s._cdc_deleted AND s._cdc_version >= t._cdc_version THEN DELETE
+    WHEN MATCHED AND NOT s._cdc_deleted AND s._cdc_version >= t._cdc_version THEN UPDATE SET
          col = CASE WHEN s._cdc_keep__col THEN t.col ELSE s.col END, ...
     WHEN NOT MATCHED AND NOT s._cdc_deleted THEN INSERT ...
 
-Equal versions are skipped: re-applying a batch is a no-op (invariant 3).
+Equal versions apply (>=): the changes of one transaction share their commit-order version
+(debezium.decoder.commit_order_version) and must keep their Kafka order across micro-batches;
+re-applying a batch rewrites the same values, so it stays harmless (invariant 3).
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ def merge_plan(actions: DeltaActions, quote: Quote) -> MergePlan:
     def t(col: str) -> str:
         return f"t.{quote(col)}"
 
-    newer = f"{s(VERSION)} > {t(VERSION)}"
+    newer = f"{s(VERSION)} >= {t(VERSION)}"
     written = [*actions.data_columns, *(f.name for f in METADATA_FIELDS)]
     updates = {}
     for column in written:

@@ -2,9 +2,10 @@
 
 A Delta MERGE cannot fence an upsert against a row that is gone, so each delete is remembered in
 a small Delta table (`<warehouse>/_cdc_tombstones/<schema>/<table>`: id, version, deleted_at) for
-the tombstone retention. Upserts not newer than a remembered delete of their key are stale and
-dropped before the MERGE. Both writers (deltalake and delta-spark) keep it through deltalake: the
-table is small, and one code path means one behaviour (pruning included).
+the tombstone retention. Upserts older than a remembered delete of their key are stale and
+dropped before the MERGE (an equal version is the same transaction, later in Kafka order).
+Both writers (deltalake and delta-spark) keep it through deltalake: the table is small, and one
+code path means one behaviour (pruning included).
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ class TombstoneStore:
                 source_alias="s",
                 target_alias="t",
             )
-            .when_matched_update_all(predicate=f"s.{q(VERSION)} > t.{q(VERSION)}")
+            .when_matched_update_all(predicate=f"s.{q(VERSION)} >= t.{q(VERSION)}")
             .when_not_matched_insert_all()
             .execute()
         )
@@ -82,7 +83,7 @@ class TombstoneStore:
             zip(stones[TOMBSTONE_ID].to_pylist(), stones[VERSION].to_pylist(), strict=True)
         )
         keep = [
-            change.is_delete or change.version > deleted_at.get(change.doc_id, -1)
+            change.is_delete or change.version >= deleted_at.get(change.doc_id, -1)
             for change in actions.changes
         ]
         fenced = keep.count(False)
