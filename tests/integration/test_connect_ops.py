@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import psycopg
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
@@ -57,6 +59,7 @@ def private(database: str) -> list[str]:
         "topic.prefix": prefix,
         "slot.name": prefix,
         "publication.name": prefix,
+        "notification.sink.topic.name": f"{prefix}.notifications",
     }
     return [arg for key, value in pairs.items() for arg in ("--set", f"{key}={value}")]
 
@@ -134,10 +137,8 @@ def test_incremental_snapshot_of_one_table_while_streaming(
         wait_running(client, name)
         topic = f"{name}.shop.products"
         before = _records(kafka, topic, at_least=3)
-        assert (
-            run(env_file, "snapshot", "--connector", SHOP, *settings, "--table", "shop.products")
-            == 0
-        )
+        snapshot = ["snapshot", "--connector", SHOP, *settings, "--table", "shop.products"]
+        assert run(env_file, *snapshot, "--timeout", "90") == 0
         after = _records(kafka, topic, at_least=len(before) + 3)
         snapshot_rows = [parse_record(*r) for r in after[len(before) :]]
         sources = [json.loads(r[1])["payload"]["source"]["snapshot"] for r in after[len(before) :]]
@@ -146,6 +147,58 @@ def test_incremental_snapshot_of_one_table_while_streaming(
     finally:
         client.delete(name)
         drop_slot(database, name)
+
+
+def test_snapshot_signals_the_connectors_database_not_cdc_sync_pg_url(
+    env_file: Path,
+    database: str,
+    pg_url: str,
+    connect_url: str,
+    kafka: KafkaEndpoint,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """CDC_SYNC_PG_URL names `database`; the connector captures from a second one. The signal
+    must land in the second (the only one Debezium reads), and Debezium's notifications say the
+    snapshot started and completed."""
+    with psycopg.connect(database, autocommit=True) as conn:
+        # Without its signal table, a signal sent here would show as a newly created table.
+        conn.execute("DROP TABLE shop.cdc_sync_signal")
+    with private_database(pg_url, "ops2") as second:
+        create_demo_schema(second)
+        second_db = urlsplit(second).path.lstrip("/")
+        settings = private(second)
+        name = settings[1].split("=", 1)[1]
+        client = ConnectClient(connect_url)
+        assert run(env_file, "apply", "--connector", SHOP, *settings) == 0
+        try:
+            wait_running(client, name)
+            _records(kafka, f"{name}.shop.products", at_least=3)  # initial snapshot is out
+            capsys.readouterr()
+            snapshot = ["snapshot", "--connector", SHOP, *settings, "--table", "shop.products"]
+            code = run(env_file, *snapshot, "--timeout", "90")
+            out = capsys.readouterr().out
+            assert code == 0, out
+            assert re.search(rf"^database: \S+/{second_db} \(connector {name}\)$", out, re.M), out
+            assert "note: CDC_SYNC_PG_URL points at" in out
+            assert re.search(r"^\S+ started: shop\.products$", out, re.M), out
+            assert re.search(r"^\S+ completed$", out, re.M), out
+            match = re.search(r"\(signal (snapshot-[0-9a-f-]+)\)", out)
+            assert match, out
+            with psycopg.connect(second) as conn:
+                row = conn.execute(
+                    "SELECT type FROM shop.cdc_sync_signal WHERE id = %s", (match.group(1),)
+                ).fetchone()
+            assert row == ("execute-snapshot",)
+            with psycopg.connect(database) as conn:
+                stray = conn.execute("SELECT to_regclass('shop.cdc_sync_signal')").fetchone()
+            assert stray == (None,)
+            assert run(env_file, "slots", "--connector", SHOP, *settings) == 0
+            slots = capsys.readouterr().out
+            assert f"/{second_db} (connector {name})" in slots
+            assert re.search(rf"^{name}\s+{second_db}\s", slots, re.M), slots
+        finally:
+            client.delete(name)
+            drop_slot(second, name)
 
 
 def _wait_state(client: ConnectClient, name: str, state: str) -> None:

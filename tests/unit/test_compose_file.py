@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 import yaml
 
+from cdc_sync.connectors.ops import placeholder_env
 from cdc_sync.core.settings import Connections
-from cdc_sync.debezium.connector import PLACEHOLDER, load_connector
+from cdc_sync.debezium.connector import PLACEHOLDER, load_connector, source_conninfo
 from cdc_sync.mapping import load_mapping
 
 pytestmark = pytest.mark.unit
@@ -135,3 +136,19 @@ def test_compose_config_is_valid_when_docker_compose_is_installed() -> None:
     )
     # stderr too: some pip-installed wrappers of the binary drop its exit code
     assert result.returncode == 0 and not result.stderr.strip(), result.stderr
+
+
+def test_connector_commands_in_the_job_image_reach_the_workers_database(
+    services: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`compose run sync-job cdc-sync connectors snapshot` resolves the connector's placeholders
+    to the database the Connect worker captures from (where the signal must go)."""
+    for name in [k for k in os.environ if k.startswith("CDC_SYNC_")]:
+        monkeypatch.delenv(name)
+    for name, value in services["sync-job"]["environment"].items():
+        monkeypatch.setenv(name, str(value))
+    monkeypatch.setenv("CDC_SYNC_STATE_DIR", "/nonexistent")
+    connector = load_connector(Path("connectors/shop.json"))
+    worker = {k: str(v) for k, v in services["connect"]["environment"].items()}
+    ops = placeholder_env(Connections.load())
+    assert source_conninfo(connector, ops) == source_conninfo(connector, worker)

@@ -26,6 +26,9 @@ def test_shop_connector_is_what_the_sync_job_expects() -> None:
     assert config["topic.creation.default.cleanup.policy"] == "compact"
     assert int(config["heartbeat.interval.ms"]) > 0
     assert config["slot.name"] and config["publication.name"]
+    # `connectors snapshot` follows Debezium's notifications on this topic.
+    assert config["notification.enabled.channels"] == "sink"
+    assert config["notification.sink.topic.name"] == f"{connector.topic_prefix}.notifications"
 
 
 def test_placeholders_resolve_from_the_postgres_url(tmp_path: Path) -> None:

@@ -89,6 +89,10 @@ class CaptureEngine:
         self._snapshot_done = threading.Event()
         self._last_record_at = 0.0
         self._started_at = 0.0
+        self._data_records = 0
+        # Debezium's own notifications (initial snapshot started/completed, ...) are no data:
+        # readiness looks at the change records only.
+        self._notification_topic = self.properties.get("notification.sink.topic.name")
 
     @classmethod
     def from_file(
@@ -140,6 +144,9 @@ class CaptureEngine:
             self._error = exc
 
     def _seen(self, record: Record) -> None:
+        if record.topic == self._notification_topic:
+            return
+        self._data_records += 1
         self._last_record_at = time.monotonic()
         if self._snapshot_done.is_set() or record.value is None:
             return
@@ -167,7 +174,7 @@ class CaptureEngine:
             now = time.monotonic()
             quiet_since = max(self._last_record_at, self._started_at)
             if (
-                self.published == 0
+                self._data_records == 0
                 and self._slot_active()
                 and now - quiet_since > READY_QUIET_SECONDS
             ):

@@ -3,8 +3,12 @@
 validate  Connect's own validation plus our checks against the source database
 apply     create or update (idempotent), showing what changes
 status | pause | resume | restart | delete | offsets
-snapshot  re-snapshot tables while streaming (Debezium incremental snapshot signal)
+snapshot  re-snapshot tables while streaming (Debezium incremental snapshot signal), then wait
+          for Debezium's notifications that it started and completed
 slots     replication slots with retained WAL
+
+Commands that read or write Postgres act on the connector's own database (its database.*
+settings after --set and ${env:...} resolution), the one Debezium captures from.
 """
 
 from __future__ import annotations
@@ -13,7 +17,8 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,12 +26,28 @@ import psycopg
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from cdc_sync.connectors.checks import run_checks
+from cdc_sync.connectors.notifications import (
+    CHANNELS_SETTING,
+    TOPIC_SETTING,
+    Notification,
+    describe,
+    end_offsets,
+    follow,
+    notification_topic,
+)
 from cdc_sync.connectors.rest import ConnectClient, ConnectError
 from cdc_sync.connectors.signals import request_snapshot
 from cdc_sync.connectors.slots import format_slots, list_slots
 from cdc_sync.core.kafka_clients import consumer_config
 from cdc_sync.core.settings import Connections
-from cdc_sync.debezium.connector import ConnectorFile, load_connector, pg_env_from_url
+from cdc_sync.debezium.connector import (
+    ConnectorFile,
+    describe_database,
+    load_connector,
+    pg_env_from_url,
+    same_database,
+    source_conninfo,
+)
 
 SECRET_MARKERS = ("password", "secret", "token", "key.pass")
 
@@ -69,23 +90,58 @@ def _overrides(pairs: list[str]) -> dict[str, str]:
     return result
 
 
+def placeholder_env(connections: Connections) -> dict[str, str]:
+    """What `${env:NAME}` resolves against: the environment (and env file), as the worker's
+    EnvVarConfigProvider reads its own; CDC_SYNC_PG_* not set there default to the parts of
+    CDC_SYNC_PG_URL, which is how the local stack starts its worker (`pg_env_from_url`)."""
+    derived = pg_env_from_url(connections.pg_url) if connections.pg_url else {}
+    return derived | dict(connections.environment)
+
+
+@dataclass(frozen=True)
+class Target:
+    """A connector file with its `--set` overrides and the database it captures from."""
+
+    connector: ConnectorFile
+    config: dict[str, str]  # what `apply` sends: placeholders kept
+    resolved: dict[str, str]  # placeholders replaced, as the worker sees it
+    conninfo: str
+
+
+def load_target(path: str, pairs: list[str], connections: Connections) -> Target:
+    connector = load_connector(Path(path))
+    overrides = _overrides(pairs)
+    env = placeholder_env(connections)
+    config = wanted_config(connector, overrides)
+    resolved = ConnectorFile(connector.path, connector.name, config).resolved(env)
+    return Target(connector, config, resolved, source_conninfo(connector, env, overrides))
+
+
+def announce_database(conninfo: str, connections: Connections, source: str) -> None:
+    """Say which database a command acts on, and that CDC_SYNC_PG_URL names another if so."""
+    print(f"database: {describe_database(conninfo)} ({source})")
+    if connections.pg_url and not same_database(conninfo, connections.pg_url):
+        print(
+            f"note: CDC_SYNC_PG_URL points at {describe_database(connections.pg_url)}; "
+            "using the connector's database"
+        )
+
+
 def cmd_validate(args: argparse.Namespace, connections: Connections) -> int:
     from cdc_sync.mapping import load_mapping
 
-    connector = load_connector(Path(args.connector))
-    config = wanted_config(connector, _overrides(args.set))
-    answer = ConnectClient(connections.require("connect_url")).validate(config)
+    target = load_target(args.connector, args.set, connections)
+    answer = ConnectClient(connections.require("connect_url")).validate(target.config)
     problems = [
         f"error: {item['value']['name']}: {error}"
         for item in answer.get("configs", [])
         for error in item["value"].get("errors", [])
     ]
     mapping = load_mapping(Path(args.mapping)) if args.mapping else None
-    resolved = connector.resolved(pg_env_from_url(connections.require("pg_url"))) | _overrides(
-        args.set
-    )
-    with psycopg.connect(connections.require("pg_url")) as conn:
-        checks = run_checks(connector, resolved, conn, mapping)
+    connector = target.connector
+    announce_database(target.conninfo, connections, f"connector {target.config['name']}")
+    with psycopg.connect(target.conninfo) as conn:
+        checks = run_checks(connector, target.resolved, conn, mapping)
     for line in problems + [str(c) for c in checks]:
         print(line)
     errors = len(problems) + sum(1 for c in checks if c.severity == "error")
@@ -145,17 +201,64 @@ def cmd_simple(args: argparse.Namespace, connections: Connections) -> int:
 
 
 def cmd_snapshot(args: argparse.Namespace, connections: Connections) -> int:
-    connector = load_connector(Path(args.connector))
-    config = wanted_config(connector, _overrides(args.set))
-    with psycopg.connect(connections.require("pg_url"), autocommit=True) as conn:
-        signal_id = request_snapshot(conn, config, args.table)
+    target = load_target(args.connector, args.set, connections)
+    name = target.config["name"]
+    topic = notification_topic(target.resolved)
+    if topic is None and not args.no_wait:
+        print(
+            f"connector {name}: Debezium reports snapshots only with {CHANNELS_SETTING}=sink and "
+            f"{TOPIC_SETTING} set (see connectors/shop.json); add them, or pass --no-wait",
+            file=sys.stderr,
+        )
+        return 1
+    announce_database(target.conninfo, connections, f"connector {name}")
+    kafka = consumer_config(
+        connections.require("kafka_bootstrap"), connections.kafka_flavor, "cdc-sync-snapshot"
+    )
+    # Where the notification topic ends before the signal: what follows is this request's.
+    start = end_offsets(kafka, topic) if topic and not args.no_wait else {}
+    with psycopg.connect(target.conninfo, autocommit=True) as conn:
+        signal_id = request_snapshot(conn, target.resolved, args.table)
     print(f"incremental snapshot of {', '.join(args.table)} requested (signal {signal_id})")
-    return 0
+    if topic is None or args.no_wait:
+        return 0
+    print(f"waiting up to {args.timeout:g}s for Debezium's notifications on {topic}")
+    return report_snapshot(follow(kafka, topic, start, signal_id, args.timeout), args.timeout)
+
+
+def report_snapshot(notifications: Iterable[Notification], timeout: float) -> int:
+    """Print each notification of the snapshot; 0 once it completed, 1 if aborted or silent."""
+    started = False
+    for notification in notifications:
+        print(describe(notification))
+        started = started or notification.type == "STARTED"
+        if notification.type == "COMPLETED":
+            return 0
+        if notification.type == "ABORTED":
+            return 1
+    if started:
+        print(f"the snapshot started but did not complete within {timeout:g}s")
+    else:
+        print(
+            f"no notification within {timeout:g}s: the connector has not picked up the signal "
+            "(is it running, on this database, with the signal table in table.include.list?)"
+        )
+    return 1
 
 
 def cmd_slots(args: argparse.Namespace, connections: Connections) -> int:
-    with psycopg.connect(connections.require("pg_url")) as conn:
-        print(format_slots(list_slots(conn)))
+    if args.connector:
+        target = load_target(args.connector, args.set, connections)
+        conninfo, source = target.conninfo, f"connector {target.config['name']}"
+        slot = target.resolved.get("slot.name")
+    else:
+        conninfo, source, slot = connections.require("pg_url"), "CDC_SYNC_PG_URL", None
+    announce_database(conninfo, connections, source)
+    with psycopg.connect(conninfo) as conn:
+        slots = list_slots(conn)
+    print(format_slots(slots))
+    if slot and slot not in {s.name for s in slots}:
+        print(f"the connector's slot {slot} does not exist on this server")
     return 0
 
 
@@ -239,10 +342,20 @@ def connectors_main(argv: list[str]) -> int:
         command.set_defaults(handler=cmd_simple)
     snapshot = with_connector("snapshot", "re-snapshot tables while streaming")
     snapshot.add_argument("--table", action="append", required=True, help="schema.table")
-    snapshot.set_defaults(handler=cmd_snapshot)
-    sub.add_parser("slots", help="replication slots and retained WAL").set_defaults(
-        handler=cmd_slots
+    snapshot.add_argument(
+        "--timeout",
+        type=float,
+        default=120.0,
+        help="seconds to wait for Debezium's started/completed notifications (default 120)",
     )
+    snapshot.add_argument(
+        "--no-wait", action="store_true", help="insert the signal and return without waiting"
+    )
+    snapshot.set_defaults(handler=cmd_snapshot)
+    slots = with_connector(
+        "slots", "replication slots and retained WAL (on the connector's server)", required=False
+    )
+    slots.set_defaults(handler=cmd_slots)
     args = parser.parse_args(argv)
     if args.action in ("status", "pause", "resume", "restart", "delete", "offsets") and not (
         args.name or args.connector

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 STATE_DIR_VAR = "CDC_SYNC_STATE_DIR"
@@ -75,6 +75,9 @@ class Connections:
     redis_url: str | None
     connect_url: str | None
     warehouse: str | None
+    # The env file overlaid by the whole process environment: what `${env:NAME}` placeholders
+    # of connector files resolve against. Kept out of repr: it holds secrets.
+    environment: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def load(cls, env_file: Path | None = None) -> Connections:
@@ -84,6 +87,7 @@ class Connections:
             merged.update(read_env_file(path))
         elif env_file is not None:
             raise SettingsError(f"env file {path} does not exist (run `cdc-sync stack up`)")
+        environment = merged | dict(os.environ)
         merged.update({k: v for k, v in os.environ.items() if k.startswith("CDC_SYNC_")})
         flavor = merged.get(KAFKA_FLAVOR, "kafka")
         if flavor not in KAFKA_FLAVORS:
@@ -100,6 +104,7 @@ class Connections:
             redis_url=merged.get(REDIS_URL),
             connect_url=merged.get(CONNECT_URL),
             warehouse=merged.get(WAREHOUSE),
+            environment=environment,
         )
 
     def require(self, field: str) -> str:

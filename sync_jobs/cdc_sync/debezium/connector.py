@@ -3,6 +3,7 @@
 The same file is registered with Kafka Connect (production) and run by the embedded engine
 (local stack). Database settings are `${env:CDC_SYNC_PG_*}` placeholders: Kafka Connect resolves
 them with its EnvVarConfigProvider; the embedded runner resolves them from `CDC_SYNC_PG_URL`.
+`source_conninfo` is the database a connector captures from: ops commands act on that one.
 """
 
 from __future__ import annotations
@@ -10,12 +11,13 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from cdc_sync.core.errors import ConfigError
 from cdc_sync.core.model import TableId
@@ -31,6 +33,19 @@ REQUIRED = {
     "value.converter": JSON_CONVERTER,
 }
 PRESENT = ("topic.prefix", "slot.name", "publication.name", "database.dbname")
+# Debezium's database.* settings -> libpq keywords. Without a port Debezium uses 5432.
+DATABASE_SETTINGS = {
+    "database.hostname": "host",
+    "database.port": "port",
+    "database.user": "user",
+    "database.password": "password",
+    "database.dbname": "dbname",
+    "database.sslmode": "sslmode",
+    "database.sslrootcert": "sslrootcert",
+    "database.sslcert": "sslcert",
+    "database.sslkey": "sslkey",
+}
+DATABASE_REQUIRED = ("database.hostname", "database.user", "database.dbname")
 
 
 @dataclass(frozen=True)
@@ -106,6 +121,40 @@ def pg_env_from_url(pg_url: str) -> dict[str, str]:
         "CDC_SYNC_PG_PASSWORD": unquote(parts.password or ""),
         "CDC_SYNC_PG_DB": parts.path.lstrip("/") or "postgres",
     }
+
+
+def source_conninfo(
+    connector: ConnectorFile, env: Mapping[str, str], overrides: Mapping[str, str] | None = None
+) -> str:
+    """libpq conninfo of the database the connector captures from.
+
+    The file's `database.*` settings with `--set` overrides applied first and `${env:NAME}`
+    placeholders resolved afterwards, as Kafka Connect resolves the config it is given (so an
+    override may itself be a placeholder, and an overridden placeholder needs no value).
+    """
+    config = replace(connector, config={**connector.config, **(overrides or {})}).resolved(env)
+    for key in DATABASE_REQUIRED:
+        if not config.get(key):
+            raise ConfigError(connector.path, f"config.{key}", "is required to reach the database")
+    params = {word: config[key] for key, word in DATABASE_SETTINGS.items() if config.get(key)}
+    params.setdefault("port", "5432")
+    return make_conninfo(**params)
+
+
+def describe_database(conninfo: str) -> str:
+    """`user@host:port/dbname` of a conninfo or URL, without the password."""
+    params = conninfo_to_dict(conninfo)
+    user = f"{params['user']}@" if params.get("user") else ""
+    return f"{user}{params.get('host', '')}:{params.get('port') or 5432}/{params.get('dbname', '')}"
+
+
+def same_database(a: str, b: str) -> bool:
+    """Whether two conninfos or URLs name the same host, port and database."""
+    first, second = conninfo_to_dict(a), conninfo_to_dict(b)
+    return all(
+        str(first.get(k) or d) == str(second.get(k) or d)
+        for k, d in (("host", ""), ("port", 5432), ("dbname", ""))
+    )
 
 
 def captured_tables(conn: psycopg.Connection[Any], connector: ConnectorFile) -> list[TableId]:
