@@ -51,7 +51,7 @@ def test_unavailable_toast_column_gets_a_keep_flag_and_a_case_update() -> None:
     assert actions.source.column(keep_flag("description")).to_pylist() == [True, False]
     plan = merge_plan(actions, datafusion_quote)
     assert plan.updates['"description"'].startswith('CASE WHEN s."_cdc_keep__description"')
-    assert plan.update_when == 'NOT s."_cdc_deleted" AND s."_cdc_version" > t."_cdc_version"'
+    assert plan.update_when == 'NOT s."_cdc_deleted" AND s."_cdc_version" >= t."_cdc_version"'
     assert plan.predicate == 't."id" = s."id"'
     assert '"id"' not in plan.updates  # keys never rewritten
 
