@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from cdc_sync.core.model import Change, TableId
+from cdc_sync.core.model import Change, TableId, Tombstone, tombstone_delete
 from cdc_sync.debezium.decoder import parse_record
 from cdc_sync.mapping import CacheRoute, Policies, SearchRoute, TableRoute
 from tests.envelopes import PRODUCT_FIELDS, coords, envelope_bytes, field, key_bytes
@@ -44,3 +44,9 @@ def change(
     )
     assert isinstance(parsed, Change)
     return route.route(parsed)
+
+
+def tombstone_only(route: TableRoute, key: int, offset: int = 0) -> Change:
+    """The delete a compacted topic's tombstone stands for, without a delete event before it."""
+    table = TableId("shop", "products")
+    return route.route(tombstone_delete(Tombstone(table, (("id", key),), coords(offset))))

@@ -20,8 +20,11 @@ from cdc_sync.schema import Column, RowSchema
 
 
 class OnTombstone(StrEnum):
+    # The compacted log's delete: after the log cleaner ran, a consumer behind it may see only
+    # the tombstone of a deleted key (job.fold gives it its version).
+    DELETE = "delete"
+    SKIP = "skip"  # only for topics that are never compacted
     FAIL = "fail"
-    SKIP = "skip"  # Debezium's tombstone follows a delete event that already removed the row
 
 
 class OnMalformed(StrEnum):
@@ -42,7 +45,7 @@ class OnSchemaChange(StrEnum):
 
 @dataclass(frozen=True)
 class Policies:
-    on_tombstone: OnTombstone = OnTombstone.FAIL
+    on_tombstone: OnTombstone = OnTombstone.DELETE
     on_malformed: OnMalformed = OnMalformed.FAIL
     on_schema_change: OnSchemaChange = OnSchemaChange.FAIL
 
@@ -134,6 +137,14 @@ class MappingFile:
         if table is not None and table in self.tables:
             return f"{self.path}: tables.{table}.{policy} (or defaults.{policy})"
         return f"{self.path}: defaults.{policy}"
+
+    def tombstone_delete_tables(self) -> frozenset[str]:
+        """Routed tables (`schema.table`) whose tombstones are deletes (`on_tombstone: delete`)."""
+        return frozenset(
+            str(table)
+            for table, route in self.tables.items()
+            if route.policies.on_tombstone is OnTombstone.DELETE
+        )
 
     def topics(self) -> list[str]:
         return sorted(f"{self.topic_prefix}.{table}" for table in self.tables)

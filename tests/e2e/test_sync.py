@@ -6,6 +6,7 @@ Order matters: the snapshot case runs first, the replay last (it checks what all
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 import uuid
@@ -16,13 +17,14 @@ import psycopg
 import pytest
 import redis
 from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from cdc_sync.connectors.signals import request_snapshot
-from cdc_sync.core.kafka_clients import consumer_config, producer_config
+from cdc_sync.core.kafka_clients import admin_config, consumer_config, producer_config
 from cdc_sync.debezium.connector import load_connector
 from cdc_sync.demo.workload import run_workload
 from cdc_sync.sinks.search.backends import open_backend
-from cdc_sync.verify.compare import cache_rows, delta_rows, search_rows
+from cdc_sync.verify.compare import cache_rows, delta_rows, search_rows, verify_all
 from tests.e2e.cases import Case, load_cases, mismatches
 from tests.e2e.harness import SyncHarness
 from tests.e2e.sinks_state import all_sinks_state
@@ -170,3 +172,88 @@ def _consume_all(bootstrap: str, flavor: str, topic: str) -> list[tuple[dict[str
 
 def _text(raw: str | bytes | None) -> str:
     return raw.decode() if isinstance(raw, bytes) else (raw or "")
+
+
+def test_a_compacted_topic_applied_from_offset_zero_converges(pipeline: SyncHarness) -> None:
+    """After the log cleaner ran, a deleted key may have only its tombstone left, and a key's
+    only record may be a TOAST-only update. Applying such a log from offset 0 onto sinks that
+    still hold the deleted row, with the cache emptied, must converge: the tombstone is the
+    delete, and the placeholder is filled from Postgres."""
+    toasted = "(SELECT string_agg(md5(g::text), '' ORDER BY g) FROM generate_series(1, 400) g)"
+    if pipeline.query is None:
+        pipeline.start()  # an earlier test may have left it stopped
+    pipeline.run_sql(
+        [
+            "INSERT INTO shop.products (id, sku, name, description, price) "
+            f"VALUES (9400, 'CMP-1', 'Compacted', {toasted}, 1.00)",
+            "INSERT INTO shop.products (id, sku, name, price) VALUES (9401, 'CMP-2', 'Gone', 2)",
+        ]
+    )
+    pipeline.wait_converged()
+    pipeline.stop()
+    connections = pipeline.connections
+    bootstrap, flavor = connections.require("kafka_bootstrap"), connections.kafka_flavor
+    source_topic = f"{pipeline.mapping.topic_prefix}.shop.products"
+    before = len(_consume_all(bootstrap, flavor, source_topic))
+    try:
+        pipeline.run_sql(
+            [
+                "DELETE FROM shop.products WHERE id = 9401",
+                "UPDATE shop.products SET price = 3.00 WHERE id = 9400",  # description unchanged
+            ]
+        )
+        deadline = time.monotonic() + 60
+        # delete event, tombstone, update
+        while len(_consume_all(bootstrap, flavor, source_topic)) < before + 3:
+            assert time.monotonic() < deadline, "the delete and update never reached the topic"
+        compacted = dataclasses.replace(
+            pipeline.mapping,
+            topic_prefix=f"cmp{uuid.uuid4().hex[:6]}",
+            dead_letter_topic=f"cmp{uuid.uuid4().hex[:6]}.dead_letter",
+        )
+        for table in pipeline.mapping.tables:
+            _copy_compacted(
+                bootstrap,
+                flavor,
+                f"{pipeline.mapping.topic_prefix}.{table}",
+                f"{compacted.topic_prefix}.{table}",
+            )
+        redis.Redis.from_url(connections.require("redis_url")).flushdb()
+        replay = SyncHarness(pipeline.spark, compacted, connections, pipeline.root)
+        replay.drain_fresh(checkpoint=f"compacted-{uuid.uuid4().hex[:6]}")
+        report = verify_all(pipeline.mapping, connections)
+        assert report.converged, report.table()
+    finally:
+        pipeline.start()
+
+
+def _copy_compacted(bootstrap: str, flavor: str, source: str, target: str) -> None:
+    """What Kafka's log cleaner leaves of `source` (the last record per key, in log order),
+    written to `target`: the stand-in brokers do not compact."""
+    consumer = Consumer(
+        consumer_config(bootstrap, flavor, group_id=f"cmp-{uuid.uuid4().hex[:8]}")
+        | {"auto.offset.reset": "earliest", "enable.auto.commit": False}
+    )
+    consumer.subscribe([source])
+    last: dict[bytes, tuple[int, bytes | None]] = {}
+    idle_since = time.monotonic()
+    try:
+        while time.monotonic() - idle_since < 5:
+            message = consumer.poll(0.5)
+            if message is None or message.error():
+                continue
+            idle_since = time.monotonic()
+            key = message.key()
+            assert isinstance(key, bytes)
+            value = message.value()
+            last.pop(key, None)  # re-insert: dict order is the order of each key's last record
+            last[key] = (message.offset() or 0, value if isinstance(value, bytes) else None)
+    finally:
+        consumer.close()
+    admin = AdminClient(admin_config(bootstrap))
+    for future in admin.create_topics([NewTopic(target, num_partitions=1)]).values():
+        future.result(30)
+    producer = Producer(producer_config(bootstrap, flavor))
+    for key, (_, value) in last.items():
+        producer.produce(target, key=key, value=value)
+    assert producer.flush(30) == 0

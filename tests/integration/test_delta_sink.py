@@ -15,6 +15,7 @@ from cdc_sync.mapping import DeltaRoute, Policies, TableRoute
 from cdc_sync.sinks.delta import DeltaSink
 from cdc_sync.sinks.delta.spark_client import DeltaSparkWriter, delta_spark_available
 from tests.changes import change as routed_change
+from tests.changes import tombstone_only
 from tests.envelopes import (
     PRODUCT_FIELDS,
     UNAVAILABLE,
@@ -172,3 +173,14 @@ def test_widened_column_rewrites_the_table_and_keeps_rows(sink: DeltaSink, tmp_p
     assert (stored[1]["stock"], stored[2]["stock"]) == (7, 2**40)
     table = DeltaTable(str(tmp_path / "shop" / "products"))
     assert str(pa.schema(table.schema().to_arrow()).field("stock").type) == "int64"
+
+
+def test_a_tombstone_without_its_delete_event_deletes_what_is_stored(
+    sink: DeltaSink, tmp_path: Path
+) -> None:
+    sink.apply(ROUTE, [change("c", 10, 1, product(1))])
+    assert sink.apply(ROUTE, [tombstone_only(ROUTE, 1)]).applied == 1
+    assert 1 not in rows(tmp_path)
+    assert not sink.apply(ROUTE, [tombstone_only(ROUTE, 2)]).failures  # nothing stored: done
+    sink.apply(ROUTE, [change("c", 20, 1, product(1, name="later"))])
+    assert rows(tmp_path)[1]["name"] == "later"

@@ -13,7 +13,7 @@ import redis
 from cdc_sync.core.model import Change
 from cdc_sync.mapping import CacheRoute, TableRoute
 from cdc_sync.sinks.redis import RedisSink
-from tests.changes import change, products_route
+from tests.changes import change, products_route, tombstone_only
 from tests.envelopes import UNAVAILABLE, product
 
 pytestmark = pytest.mark.integration
@@ -135,3 +135,16 @@ def test_equal_versions_of_one_transaction_keep_kafka_order_across_batches(
     assert apply(sink, route, change(route, "c", 30, 6, product(6, name="again"))) == (1, 0, 0)
     row = stored(client, route, 6)
     assert row is not None and row["name"] == "again"
+
+
+def test_a_tombstone_without_its_delete_event_deletes_what_is_stored(
+    sink: RedisSink, route: TableRoute, client: redis.Redis
+) -> None:
+    apply(sink, route, change(route, "c", 10, 7, product(7)))
+    assert apply(sink, route, tombstone_only(route, 7)) == (1, 0, 0)
+    assert stored(client, route, 7) is None
+    assert apply(sink, route, tombstone_only(route, 8)) == (1, 0, 0)  # nothing stored: done
+    assert apply(sink, route, change(route, "c", 5, 7, product(7, name="stale"))) == (0, 1, 0)
+    apply(sink, route, change(route, "c", 20, 7, product(7, name="later")))
+    row = stored(client, route, 7)
+    assert row is not None and row["name"] == "later"

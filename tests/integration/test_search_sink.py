@@ -11,7 +11,7 @@ from cdc_sync.core.model import Change
 from cdc_sync.mapping import TableRoute
 from cdc_sync.sinks.search import SearchSink
 from cdc_sync.sinks.search import readback as search_readback
-from tests.changes import LONG_FIELDS, change, products_route
+from tests.changes import LONG_FIELDS, change, products_route, tombstone_only
 from tests.envelopes import UNAVAILABLE, product
 
 pytestmark = pytest.mark.integration
@@ -131,3 +131,15 @@ def test_equal_versions_of_one_transaction_keep_kafka_order_across_batches(
     apply(sink, route, change(route, "d", 30, 6))
     assert apply(sink, route, change(route, "c", 30, 6, product(6, name="again"))) == (1, 0, 0)
     assert docs(sink, route)["6"]["name"] == "again"
+
+
+def test_a_tombstone_without_its_delete_event_deletes_what_is_stored(
+    sink: SearchSink, route: TableRoute
+) -> None:
+    apply(sink, route, change(route, "c", 10, 7, product(7)))
+    assert apply(sink, route, tombstone_only(route, 7)) == (1, 0, 0)
+    assert "7" not in docs(sink, route)
+    assert apply(sink, route, tombstone_only(route, 8)) == (1, 0, 0)  # nothing stored: done
+    assert apply(sink, route, change(route, "c", 5, 7, product(7, name="stale"))) == (0, 1, 0)
+    apply(sink, route, change(route, "c", 20, 7, product(7, name="later")))
+    assert docs(sink, route)["7"]["name"] == "later"

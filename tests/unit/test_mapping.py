@@ -27,7 +27,7 @@ def test_demo_mapping_routes_every_demo_table_by_the_conventions() -> None:
     )
     assert route.delta is not None and route.delta.relative_path() == "shop/customers"
     assert route.search is not None and route.search.index == "shop_customers"
-    assert route.policies.on_tombstone is OnTombstone.SKIP
+    assert route.policies.on_tombstone is OnTombstone.DELETE
     assert route.policies.on_malformed is OnMalformed.DEAD_LETTER
     assert mapping.topics()[0] == "cdc.shop.customers"
 
@@ -40,10 +40,11 @@ def test_projection_and_rename_apply_to_rows() -> None:
     assert lines.project({"unit_price": 3}) == {"price": 3}
 
 
-def test_policies_default_to_fail(tmp_path: Path) -> None:
+def test_bad_input_policies_default_to_fail_and_tombstones_to_delete(tmp_path: Path) -> None:
     mapping = load_mapping(write(tmp_path, "source: {topic_prefix: p}\ntables:\n  a.b: {}\n"))
     policies = mapping.tables[TableId("a", "b")].policies
-    assert policies.on_tombstone is OnTombstone.FAIL
+    # A tombstone is not bad input: on a compacted topic it is the delete.
+    assert policies.on_tombstone is OnTombstone.DELETE
     assert policies.on_malformed is OnMalformed.FAIL
     assert policies.on_schema_change is OnSchemaChange.FAIL
 
@@ -60,7 +61,7 @@ def test_policies_default_to_fail(tmp_path: Path) -> None:
         (
             "source: {topic_prefix: p}\ntables:\n  a.b: {on_tombstone: drop}\n",
             "tables.a.b.on_tombstone",
-            "'drop' is not one of fail, skip",
+            "'drop' is not one of delete, skip, fail",
         ),
         ("source: {topic_prefix: p}\ntables:\n  nodot: {}\n", "tables.nodot", "<schema>.<table>"),
         ("tables: {}\n", "source.topic_prefix", "non-empty string"),

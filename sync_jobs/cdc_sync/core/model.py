@@ -14,6 +14,11 @@ from typing import Any
 from cdc_sync.core.types import KnownSchema, RowSchema
 
 KEY_SEPARATOR = "|"
+# The version of a delete known only from a Kafka tombstone whose delete event the log cleaner
+# removed (or that a batch holds without it): it deletes whatever version a sink holds, and any
+# change after it in the log wins. The fold gives a tombstone the version of the change before it
+# in the batch when there is one (job.fold.version_tombstones).
+UNVERSIONED = -1
 ESCAPE = "\\"
 
 
@@ -51,6 +56,10 @@ class Coordinates:
     def __str__(self) -> str:
         return f"{self.topic}[{self.partition}]@{self.offset}"
 
+    @property
+    def position(self) -> tuple[int, int]:
+        return (self.partition, self.offset)
+
 
 @dataclass(frozen=True)
 class Change:
@@ -67,6 +76,11 @@ class Change:
     @property
     def is_delete(self) -> bool:
         return self.op is Op.DELETE
+
+    @property
+    def is_unversioned(self) -> bool:
+        """A delete known only from a compacted topic's tombstone: see `UNVERSIONED`."""
+        return self.version == UNVERSIONED
 
     @property
     def doc_id(self) -> str:
@@ -94,3 +108,10 @@ def _escaped(part: str) -> str:
 
 
 KnownSchemas = Mapping[TableId, KnownSchema]
+
+
+def tombstone_delete(tombstone: Tombstone) -> Change:
+    """A compacted topic's tombstone as the delete it stands for (log-compaction semantics)."""
+    return Change(
+        tombstone.table, tombstone.key, Op.DELETE, UNVERSIONED, None, tombstone.coordinates
+    )

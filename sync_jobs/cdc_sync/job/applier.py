@@ -105,9 +105,13 @@ class BatchApplier:
         rejected: Sequence[Rejected],
         schemas: dict[str, RowSchema],
         schema_fps: Sequence[str | None],
+        tombstone_deletes: int = 0,
     ) -> BatchMetrics:
+        """`tombstone_deletes`: tombstones applied as deletes (counted as tombstones; their
+        deletes are among `compacted`)."""
         started = time.monotonic()
         metrics = BatchMetrics(batch_id, records=records, changes=changes, compacted=len(compacted))
+        metrics.tombstones += tombstone_deletes
         letters = self._handle_rejected(rejected, metrics)
         by_table: dict[TableId, list[Change]] = defaultdict(list)
         for change, fingerprint in zip(compacted, schema_fps, strict=True):
@@ -183,8 +187,8 @@ class BatchApplier:
                 if policies.on_tombstone is OnTombstone.FAIL:
                     raise PolicyViolation(
                         f"{record.coordinates}: Kafka tombstone (null value) received; set "
-                        f"{self.mapping.setting_path(record.table, 'on_tombstone')}: skip "
-                        "to skip them (Debezium sends one after each delete event)"
+                        f"{self.mapping.setting_path(record.table, 'on_tombstone')}: delete "
+                        "to apply them as deletes (log compaction), or skip to ignore them"
                     )
                 continue
             metrics.malformed += 1

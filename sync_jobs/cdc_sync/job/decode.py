@@ -15,12 +15,14 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 
-from cdc_sync.core.model import Change, Coordinates, KnownSchemas, Tombstone
+from cdc_sync.core.model import Change, Coordinates, KnownSchemas, Tombstone, tombstone_delete
 from cdc_sync.debezium.decoder import MalformedRecord, parse_record, table_from_topic
-from cdc_sync.job.fold import fold
+from cdc_sync.job.fold import fold_key
 
 KIND_CHANGE = "change"
-KIND_TOMBSTONE = "tombstone"
+KIND_TOMBSTONE = "tombstone"  # a tombstone the table's policy does not apply (skip / fail)
+KIND_TOMBSTONE_DELETE = "tombstone_delete"  # a tombstone applied as a delete: folded like changes
+CHANGE_KINDS = (KIND_CHANGE, KIND_TOMBSTONE_DELETE)
 KIND_MALFORMED = "malformed"
 
 DECODED_SCHEMA = pa.schema(
@@ -50,6 +52,7 @@ def _decode_row(
     coords: Coordinates,
     seen: set[str],
     known: KnownSchemas | None,
+    tombstone_deletes: frozenset[str] | None = None,
 ) -> dict[str, object]:
     row: dict[str, object] = {
         "topic": coords.topic,
@@ -70,6 +73,8 @@ def _decode_row(
             "value": value,
         }
     if isinstance(parsed, Tombstone):
+        if tombstone_deletes is not None and str(parsed.table) in tombstone_deletes:
+            return row | _change_columns(tombstone_delete(parsed), seen, KIND_TOMBSTONE_DELETE)
         return row | {"kind": KIND_TOMBSTONE, "table": str(parsed.table), "key": key}
     return row | _change_columns(parsed, seen)
 
@@ -81,9 +86,9 @@ def _table_or_none(coords: Coordinates) -> str | None:
         return None
 
 
-def _change_columns(change: Change, seen: set[str]) -> dict[str, object]:
+def _change_columns(change: Change, seen: set[str], kind: str = KIND_CHANGE) -> dict[str, object]:
     columns: dict[str, object] = {
-        "kind": KIND_CHANGE,
+        "kind": kind,
         "table": str(change.table),
         "doc_id": change.doc_id,
         "version": change.version,
@@ -99,14 +104,25 @@ def _change_columns(change: Change, seen: set[str]) -> dict[str, object]:
 
 
 def decode_batches(
-    batches: Iterator[pa.RecordBatch], known: KnownSchemas | None = None
+    batches: Iterator[pa.RecordBatch],
+    known: KnownSchemas | None = None,
+    tombstone_deletes: frozenset[str] | None = None,
 ) -> Iterator[pa.RecordBatch]:
-    """`known`: catalog schemas when records carry none (mapping `source.schemas: catalog`)."""
+    """`known`: catalog schemas when records carry none (mapping `source.schemas: catalog`);
+    `tombstone_deletes`: tables (`schema.table`) whose tombstones are deletes (`on_tombstone:
+    delete`), the others' are handed to the driver's policy."""
     seen: set[str] = set()
     for batch in batches:
         data = batch.to_pydict()
         rows = [
-            _decode_row(key, value, Coordinates(topic, int(partition), int(offset)), seen, known)
+            _decode_row(
+                key,
+                value,
+                Coordinates(topic, int(partition), int(offset)),
+                seen,
+                known,
+                tombstone_deletes,
+            )
             for key, value, topic, partition, offset in zip(
                 data["key"],
                 data["value"],
@@ -128,26 +144,32 @@ def load_change(row: dict[str, object]) -> Change:
 
 
 def fold_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """Input sorted by key then version; a key's changes may span Arrow batches."""
+    """Input sorted by key (then version); a key's changes may span Arrow batches."""
     pending: list[dict[str, object]] = []
-    current: Change | None = None
-    current_fp: object = None
+    group: list[Change] = []
+    fingerprints: dict[Coordinates, object] = {}
     for batch in batches:
         for row in batch.to_pylist():
             change = load_change(row)
-            if current is not None and (current.table, current.key) == (change.table, change.key):
-                current, current_fp = fold(current, change), row["schema_fp"]
-                continue
-            if current is not None:
-                pending.append(_folded_row(current, current_fp))
-            current, current_fp = change, row["schema_fp"]
+            if group and (group[0].table, group[0].key) != (change.table, change.key):
+                pending.append(_folded_group(group, fingerprints))
+                group, fingerprints = [], {}
+            group.append(change)
+            fingerprints[change.coordinates] = row["schema_fp"]
         if len(pending) >= 4096:
             yield pa.RecordBatch.from_pylist(pending, schema=DECODED_SCHEMA)
             pending = []
-    if current is not None:
-        pending.append(_folded_row(current, current_fp))
+    if group:
+        pending.append(_folded_group(group, fingerprints))
     if pending:
         yield pa.RecordBatch.from_pylist(pending, schema=DECODED_SCHEMA)
+
+
+def _folded_group(
+    group: list[Change], fingerprints: dict[Coordinates, object]
+) -> dict[str, object]:
+    state = fold_key(group)
+    return _folded_row(state, fingerprints.get(state.coordinates))
 
 
 def _folded_row(change: Change, schema_fp: object) -> dict[str, object]:

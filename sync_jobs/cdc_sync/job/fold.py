@@ -1,13 +1,20 @@
 """Log-compaction semantics inside one micro-batch: the newest change per key wins.
 
-"Newest" is the highest version (LSN), ties broken by Kafka offset (a replayed duplicate has the
-same version). Unchanged TOAST columns of the winner are filled from older changes of the same key
-in the batch, so dropping the older changes never drops a value the sinks have not seen yet.
+"Newest" is the highest (commit-order) version, ties broken by Kafka offset: the changes of one
+transaction share a version and keep their Kafka order. Unchanged TOAST columns of the winner are
+filled from older changes of the same key in the batch, so dropping the older changes never drops
+a value the sinks have not seen yet.
+
+A Kafka tombstone is the compacted log's delete. It carries no version: it takes the version of the
+change just before it in the log (the delete event it follows, normally), or, when the batch holds
+none (the log cleaner removed it, or it sits in an earlier batch), stays UNVERSIONED: the sinks
+then delete whatever they hold, and every change after it in the log still wins.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 from cdc_sync.core.model import Change
 
@@ -31,3 +38,24 @@ def fold(older: Change, newer: Change) -> Change:
         row={**newer.row, **recovered},
         unavailable_columns=newer.unavailable_columns - recovered.keys(),
     )
+
+
+def version_tombstones(changes: Sequence[Change]) -> list[Change]:
+    """One key's changes of a batch, with each tombstone delete versioned by the change before it
+    in Kafka order (if any), sorted in fold order."""
+    in_log_order = sorted(changes, key=lambda c: c.coordinates.position)
+    versioned: list[Change] = []
+    for change in in_log_order:
+        if change.is_unversioned and versioned:
+            change = dataclasses.replace(change, version=versioned[-1].version)
+        versioned.append(change)
+    return sorted(versioned, key=order_key)
+
+
+def fold_key(changes: Sequence[Change]) -> Change:
+    """The state one key's changes of a batch leave."""
+    ordered = version_tombstones(changes)
+    state = ordered[0]
+    for change in ordered[1:]:
+        state = fold(state, change)
+    return state

@@ -13,8 +13,10 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from cdc_sync.core.model import Coordinates, KnownSchemas, TableId
 from cdc_sync.job.applier import BatchApplier, BatchMetrics, Rejected
 from cdc_sync.job.decode import (
+    CHANGE_KINDS,
     DECODED_SCHEMA,
     KIND_CHANGE,
+    KIND_TOMBSTONE_DELETE,
     decode_batches,
     fold_batches,
     load_change,
@@ -33,13 +35,15 @@ class MicroBatchProcessor:
         self.applier = applier
         self.partitions = partitions
         self.known = known  # catalog schemas for records without one; shipped to executors
+        self.tombstone_deletes = applier.mapping.tombstone_delete_tables()
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         self.process(batch, batch_id)
 
     def process(self, batch: DataFrame, batch_id: int) -> BatchMetrics:
         decoded = batch.select("key", "value", "topic", "partition", "offset").mapInArrow(
-            partial(decode_batches, known=self.known), DECODED_SPARK
+            partial(decode_batches, known=self.known, tombstone_deletes=self.tombstone_deletes),
+            DECODED_SPARK,
         )
         decoded = decoded.persist(StorageLevel.MEMORY_AND_DISK)
         try:
@@ -47,13 +51,13 @@ class MicroBatchProcessor:
                 row["kind"]: row["count"] for row in decoded.groupBy("kind").count().collect()
             }
             side = (
-                decoded.where(f"kind != '{KIND_CHANGE}' OR schema_blob IS NOT NULL")
+                decoded.where(f"kind NOT IN {CHANGE_KINDS} OR schema_blob IS NOT NULL")
                 .drop("change")
                 .toArrow()
                 .to_pylist()
             )
             compacted = (
-                decoded.where(f"kind = '{KIND_CHANGE}'")
+                decoded.where(f"kind IN {CHANGE_KINDS}")
                 .repartition(self.partitions, "table", "doc_id")
                 .sortWithinPartitions("table", "doc_id", "version", "partition", "offset")
                 .mapInArrow(fold_batches, DECODED_SPARK)
@@ -67,8 +71,9 @@ class MicroBatchProcessor:
             batch_id,
             records=sum(counts.values()),
             changes=counts.get(KIND_CHANGE, 0),
+            tombstone_deletes=counts.get(KIND_TOMBSTONE_DELETE, 0),
             compacted=[load_change(row) for row in compacted],
-            rejected=[_rejected(row) for row in side if row["kind"] != KIND_CHANGE],
+            rejected=[_rejected(row) for row in side if row["kind"] not in CHANGE_KINDS],
             schemas=_schemas(side),
             schema_fps=[row["schema_fp"] for row in compacted],
         )

@@ -48,7 +48,8 @@ class DeltaActions:
 
     @property
     def deleted_ids(self) -> list[tuple[str, int]]:
-        return [(c.doc_id, c.version) for c in self.changes if c.is_delete]
+        # A tombstone without a version leaves no tombstone row: there is no version to fence by.
+        return [(c.doc_id, c.version) for c in self.changes if c.is_delete and not c.is_unversioned]
 
 
 def routed_key_columns(route: TableRoute, change: Change) -> tuple[str, ...]:

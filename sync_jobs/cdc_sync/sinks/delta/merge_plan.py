@@ -1,7 +1,8 @@
 """The fenced MERGE, as SQL expressions shared by the deltalake and delta-spark writers.
 
     MERGE INTO t USING s ON <key equality>
-    WHEN MATCHED AND s._cdc_deleted AND s._cdc_version >= t._cdc_version THEN DELETE
+    WHEN MATCHED AND s._cdc_deleted AND (s._cdc_version >= t._cdc_version
+                                          OR s._cdc_version < 0) THEN DELETE
     WHEN MATCHED AND NOT s._cdc_deleted AND s._cdc_version >= t._cdc_version THEN UPDATE SET
          col = CASE WHEN s._cdc_keep__col THEN t.col ELSE s.col END, ...
     WHEN NOT MATCHED AND NOT s._cdc_deleted THEN INSERT ...
@@ -66,7 +67,8 @@ def merge_plan(actions: DeltaActions, quote: Quote) -> MergePlan:
             updates[quote(column)] = s(column)
     return MergePlan(
         predicate=" AND ".join(f"{t(k)} = {s(k)}" for k in actions.key_columns),
-        delete_when=f"{s(DELETED)} AND {newer}",
+        # A tombstone without a version (UNVERSIONED, negative) deletes whatever is stored.
+        delete_when=f"{s(DELETED)} AND ({newer} OR {s(VERSION)} < 0)",
         update_when=f"NOT {s(DELETED)} AND {newer}",
         updates=updates,
         insert_when=f"NOT {s(DELETED)}",

@@ -27,7 +27,7 @@ class CacheAction:
     change: Change
     key: str
     tombstone_key: str
-    op: Literal["upsert", "delete"]
+    op: Literal["upsert", "delete", "forget"]
     version: str  # zero-padded, see VERSION_WIDTH
     row_json: str  # "" for deletes
     unavailable: tuple[str, ...]  # unchanged TOAST columns, merged from the stored row
@@ -56,6 +56,9 @@ def to_actions(route: TableRoute, changes: Sequence[Change]) -> list[CacheAction
     for change in changes:
         key = cache.key(change.table, change.doc_id)
         stone = cache.tombstone_key(change.table, change.doc_id)
+        if change.is_unversioned:
+            actions.append(CacheAction(change, key, stone, "forget", "", "", (), 0))
+            continue
         version = version_string(change.version)
         if change.is_delete or change.row is None:
             actions.append(CacheAction(change, key, stone, "delete", version, "", (), 0))

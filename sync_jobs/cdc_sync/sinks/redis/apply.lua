@@ -3,7 +3,8 @@
 --
 -- KEYS[1]  row key (a HASH: `row` = JSON of the routed row, `version` = padded version)
 -- KEYS[2]  tombstone key (a STRING: the delete's padded version, expiring after the retention)
--- ARGV[1]  "upsert" | "delete"
+-- ARGV[1]  "upsert" | "delete" | "forget" (a compacted topic's tombstone without a version:
+--          delete whatever is stored, remembering the stored version as the tombstone)
 -- ARGV[2]  version: the LSN as a 20-digit zero-padded decimal string
 -- ARGV[3]  upsert: JSON object of the row, without its unchanged TOAST columns
 -- ARGV[4]  upsert: JSON array of the unchanged TOAST column names (merged from the stored row)
@@ -96,8 +97,16 @@ local function merge_unavailable(row, stored_row, unavailable)
   return body .. "," .. table.concat(extra, ",") .. "}"
 end
 
-local version = ARGV[2]
 local stored_version = redis.call("HGET", KEYS[1], "version")
+if ARGV[1] == "forget" then
+  if stored_version then
+    redis.call("DEL", KEYS[1])
+    redis.call("SET", KEYS[2], stored_version, "EX", tonumber(ARGV[6]))
+  end
+  return 1
+end
+
+local version = ARGV[2]
 if stored_version and stored_version > version then return 0 end
 local tombstone = redis.call("GET", KEYS[2])
 if tombstone and tombstone > version then return 0 end

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from cdc_sync.core.retry import DEFAULT_POLICY, RetryPolicy, retried
@@ -39,9 +40,30 @@ class SearchWriter:
         result = WriteResult()
         for start in range(0, len(actions.actions), BULK_CHUNK):
             chunk = actions.actions[start : start + BULK_CHUNK]
-            filled = self._fill_unavailable(actions.alias, chunk)
+            versioned, absent = self._version_unversioned_deletes(actions.alias, chunk)
+            result = result.merge(WriteResult(applied=absent))
+            if not versioned:
+                continue
+            filled = self._fill_unavailable(actions.alias, versioned)
             result = result.merge(self._bulk_with_item_retries(actions.alias, filled))
         return result
+
+    def _version_unversioned_deletes(
+        self, alias: str, chunk: Sequence[BulkAction]
+    ) -> tuple[list[BulkAction], int]:
+        """A tombstone without a version deletes the stored document at the stored version
+        (which also leaves the index's delete tombstone at it); an absent one is done already."""
+        ids = sorted({a.doc_id for a in chunk if a.version < 0})
+        if not ids:
+            return list(chunk), 0
+        docs = self._call(lambda: self.backend.mget(alias, ids), f"search mget {alias}")
+        stored = {d["_id"]: d["_version"] for d in docs if d.get("found")}
+        kept = [
+            replace(a, version=stored[a.doc_id]) if a.version < 0 else a
+            for a in chunk
+            if a.version >= 0 or a.doc_id in stored
+        ]
+        return kept, len(chunk) - len(kept)
 
     def _fill_unavailable(self, alias: str, chunk: Sequence[BulkAction]) -> list[BulkAction]:
         """Unchanged TOAST columns are absent from the change: take them from the stored doc."""

@@ -1,0 +1,51 @@
+"""A Kafka tombstone is the compacted log's delete (log-compaction semantics)."""
+
+from __future__ import annotations
+
+import pytest
+
+from cdc_sync.core.model import (
+    UNVERSIONED,
+    Change,
+    Coordinates,
+    Op,
+    TableId,
+    Tombstone,
+    tombstone_delete,
+)
+from cdc_sync.job.fold import fold_key
+
+pytestmark = pytest.mark.unit
+TABLE = TableId("shop", "products")
+
+
+def change(version: int, offset: int, op: Op = Op.UPDATE) -> Change:
+    row = None if op is Op.DELETE else {"id": 1, "v": version}
+    return Change(TABLE, (("id", 1),), op, version, row, Coordinates("t", 0, offset))
+
+
+def tombstone(offset: int) -> Change:
+    return tombstone_delete(Tombstone(TABLE, (("id", 1),), Coordinates("t", 0, offset)))
+
+
+def test_a_tombstone_alone_is_an_unversioned_delete() -> None:
+    state = fold_key([tombstone(9)])
+    assert state.is_delete and state.version == UNVERSIONED and state.is_unversioned
+
+
+def test_a_tombstone_after_its_delete_event_is_that_delete() -> None:
+    state = fold_key([change(10, 0), change(20, 1, Op.DELETE), tombstone(2)])
+    assert state.is_delete and state.version == 20
+
+
+def test_a_tombstone_whose_delete_event_was_compacted_deletes_at_the_last_version() -> None:
+    # The log cleaner kept the key's update and tombstone but not the delete event between them.
+    state = fold_key([change(10, 0), tombstone(5)])
+    assert state.is_delete and state.version == 10
+
+
+def test_a_change_after_the_tombstone_in_the_log_wins() -> None:
+    state = fold_key([tombstone(3), change(40, 4, Op.CREATE)])
+    assert not state.is_delete and state.version == 40
+    state = fold_key([change(10, 0), change(20, 1, Op.DELETE), tombstone(2), change(30, 3)])
+    assert not state.is_delete and state.version == 30
