@@ -54,6 +54,11 @@ def job_options(args: argparse.Namespace, defaults: JobOptions) -> JobOptions:
         trigger_seconds=args.trigger_seconds,
         max_offsets_per_trigger=limit,
         fail_on_data_loss=args.fail_on_data_loss,
+        sink_retry_horizon_seconds=(
+            defaults.sink_retry_horizon_seconds
+            if args.sink_retry_horizon is None
+            else args.sink_retry_horizon
+        ),
     )
 
 
@@ -136,6 +141,13 @@ def _non_negative(text: str) -> int:
     return value
 
 
+def _positive_seconds(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cdc-sync", description=_first_line(__doc__))
     parser.add_argument("-v", "--verbose", action="store_true")
@@ -165,6 +177,14 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_false",
         help="when the checkpoint's offsets are gone from the broker (topic re-created, "
         "retention), warn and continue from the partition's low watermark instead of failing",
+    )
+    run.add_argument(
+        "--sink-retry-horizon",
+        type=_positive_seconds,
+        metavar="SECONDS",
+        help="how long a sink that is down, times out or answers 5xx/429 is retried (from the "
+        "write's first failure) before the batch fails and the job stops "
+        "(default: JobOptions.sink_retry_horizon_seconds, 600)",
     )
     run.add_argument(
         "--available-now", action="store_true", help="process what is in the topics, then stop"

@@ -11,10 +11,18 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from cdc_sync.core.model import KnownSchemas
+from cdc_sync.core.retry import (
+    DEFAULT_ATTEMPT_TIMEOUT_SECONDS,
+    DEFAULT_HORIZON_SECONDS,
+    DEFAULT_POLICY,
+    RetryObserver,
+    RetryPolicy,
+)
 from cdc_sync.core.settings import Connections, state_dir
 from cdc_sync.debezium.connector import load_connector
 from cdc_sync.job.applier import BatchApplier
 from cdc_sync.job.dead_letter import DeadLetterWriter
+from cdc_sync.job.health import SinkHealth, SinkStatus
 from cdc_sync.job.schema_store import FileSchemaStore
 from cdc_sync.job.stream import MicroBatchProcessor
 from cdc_sync.job.unavailable import SourceFiller
@@ -42,6 +50,19 @@ class JobOptions:
     # or warn and continue from the partition's low watermark. The source's failOnDataLoss.
     fail_on_data_loss: bool = True
     query_name: str | None = None  # default cdc-sync-<mapping>; unique among active queries
+    # A sink that fails transiently (down, frozen, 5xx/429) is retried this long from the
+    # write's first failure before the batch fails, which ends the streaming query.
+    sink_retry_horizon_seconds: float = DEFAULT_HORIZON_SECONDS
+    # Each request to a sink gives up after this long (a hung server fails the attempt).
+    sink_request_timeout_seconds: float = DEFAULT_ATTEMPT_TIMEOUT_SECONDS
+
+    def sink_retry(self, observer: RetryObserver | None = None) -> RetryPolicy:
+        """The retry policy every sink writes under, reporting to `observer`."""
+        return RetryPolicy(
+            horizon_seconds=self.sink_retry_horizon_seconds,
+            attempt_timeout_seconds=self.sink_request_timeout_seconds,
+            observer=observer,
+        )
 
     @classmethod
     def defaults(cls, mapping: MappingFile, connections: Connections) -> JobOptions:
@@ -68,9 +89,14 @@ def job_stream(
 
 
 def build_sinks(
-    mapping: MappingFile, connections: Connections, warehouse: Path, spark: SparkSession
+    mapping: MappingFile,
+    connections: Connections,
+    warehouse: Path,
+    spark: SparkSession,
+    retry: RetryPolicy = DEFAULT_POLICY,
 ) -> list[Sink]:
-    """The sinks the mapping routes to; a routed sink without a configured URL is an error."""
+    """The sinks the mapping routes to; a routed sink without a configured URL is an error.
+    Each writes under `retry` (named after the sink)."""
     retention = mapping.tombstone_retention_seconds
     routes = list(mapping.tables.values())
     sinks: list[Sink] = []
@@ -82,20 +108,23 @@ def build_sinks(
                 connections.search_client,
                 connections.require("search_url"),
                 tombstone_retention_seconds=retention,
+                retry=retry,
             )
         )
     if any(r.cache for r in routes):
         from cdc_sync.sinks.redis import RedisSink
 
         sinks.append(
-            RedisSink(connections.require("redis_url"), tombstone_retention_seconds=retention)
+            RedisSink(
+                connections.require("redis_url"), tombstone_retention_seconds=retention, retry=retry
+            )
         )
     if any(r.delta for r in routes):
         writer = (
             DeltaSparkWriter(spark, warehouse, retention) if delta_spark_available(spark) else None
         )
         log.info("Delta writes through %s", "delta-spark" if writer else "deltalake (delta-rs)")
-        sinks.append(DeltaSink(warehouse, retention, writer))
+        sinks.append(DeltaSink(warehouse, retention, writer, retry))
     return sinks
 
 
@@ -126,7 +155,12 @@ class SyncJob:
         self.mapping = mapping
         self.connections = connections
         self.options = options
-        self.sinks = build_sinks(mapping, connections, options.warehouse, spark)
+        # Every sink's retries report here: `sink_status()` says which one the job waits for.
+        self.health = SinkHealth()
+        self.sinks = build_sinks(
+            mapping, connections, options.warehouse, spark, options.sink_retry(self.health)
+        )
+        self.health.track(sink.name for sink in self.sinks)
         self.dead_letters = DeadLetterWriter(
             connections.require("kafka_bootstrap"),
             connections.kafka_flavor,
@@ -185,6 +219,10 @@ class SyncJob:
             raise TimeoutError(f"sync job did not drain within {timeout_seconds}s")
         if query.exception() is not None:
             raise RuntimeError(f"sync job failed: {query.exception()}")
+
+    def sink_status(self) -> dict[str, SinkStatus]:
+        """Per sink: ok, waiting (since when, for which write), or failed."""
+        return self.health.status()
 
     def close(self) -> None:
         for sink in self.sinks:

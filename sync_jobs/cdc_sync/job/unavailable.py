@@ -22,7 +22,7 @@ from typing import Any
 import psycopg
 
 from cdc_sync.core.model import Change, TableId
-from cdc_sync.core.retry import retried
+from cdc_sync.core.retry import DEFAULT_POLICY, retried
 from cdc_sync.core.types import Column, RowSchema
 from cdc_sync.schema.catalog import ConverterModes
 from cdc_sync.schema.source_rows import read_columns
@@ -49,6 +49,7 @@ class SourceFiller:
             lambda: self._read(table, pending),
             lambda exc: isinstance(exc, psycopg.OperationalError),
             f"read unchanged TOAST values of {table} from Postgres",
+            DEFAULT_POLICY.for_target("postgres"),
         )
         filled: list[Change] = []
         gone = 0

@@ -9,7 +9,7 @@ from typing import Protocol
 from deltalake.exceptions import CommitFailedError
 
 from cdc_sync.core.model import Change
-from cdc_sync.core.retry import retried
+from cdc_sync.core.retry import DEFAULT_POLICY, RetryPolicy, retried
 from cdc_sync.mapping import DeltaRoute, TableRoute
 from cdc_sync.schema import RowSchema
 from cdc_sync.schema.arrow import arrow_schema
@@ -32,9 +32,14 @@ class DeltaSink:
     name = "delta"
 
     def __init__(
-        self, warehouse: Path, tombstone_retention_seconds: int, writer: DeltaWriter | None = None
+        self,
+        warehouse: Path,
+        tombstone_retention_seconds: int,
+        writer: DeltaWriter | None = None,
+        retry: RetryPolicy = DEFAULT_POLICY,
     ) -> None:
         self.warehouse = warehouse
+        self.retry = retry.for_target(self.name)
         self.writer = writer or DeltaLakeWriter(warehouse, tombstone_retention_seconds)
 
     def ensure_target(self, route: TableRoute, schema: RowSchema | None) -> None:
@@ -45,6 +50,7 @@ class DeltaSink:
             lambda: ensure_table(self.warehouse, delta, arrow_schema(schema)),
             is_transient,
             f"delta ensure_target {delta.relative_path()}",
+            self.retry,
         )
 
     def apply(self, route: TableRoute, changes: Sequence[Change]) -> WriteResult:
@@ -56,6 +62,7 @@ class DeltaSink:
             lambda: self.writer.write_batch(delta, actions),
             is_transient,
             f"delta merge {delta.relative_path()}",
+            self.retry,
         )
 
     def close(self) -> None:

@@ -15,6 +15,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from cdc_sync.core.model import Change
+from cdc_sync.core.retry import DEFAULT_POLICY, RetryPolicy
 from cdc_sync.mapping import TableRoute
 from cdc_sync.schema import RowSchema
 from cdc_sync.sinks.base import WriteResult
@@ -27,12 +28,22 @@ __all__ = ["RedisSink"]
 class RedisSink:
     name = "redis"
 
-    def __init__(self, url: str, tombstone_retention_seconds: int) -> None:
+    def __init__(
+        self, url: str, tombstone_retention_seconds: int, retry: RetryPolicy = DEFAULT_POLICY
+    ) -> None:
         if tombstone_retention_seconds <= 0:
             raise ValueError("tombstone_retention_seconds must be positive")
-        # The client's own retries are off: retry_transient owns retrying (one backoff policy).
-        self.client = redis.Redis.from_url(url, retry=Retry(NoBackoff(), 0))
-        self.writer = RedisWriter(self.client, tombstone_retention_seconds)
+        self.retry = retry.for_target(self.name)
+        timeout = self.retry.attempt_timeout_seconds
+        # The client's own retries are off: core.retry owns retrying (one backoff policy). Its
+        # socket timeouts default to none, so a frozen server would block an attempt forever.
+        self.client = redis.Redis.from_url(
+            url,
+            retry=Retry(NoBackoff(), 0),
+            socket_timeout=timeout,
+            socket_connect_timeout=timeout,
+        )
+        self.writer = RedisWriter(self.client, tombstone_retention_seconds, self.retry)
         self._script_loaded = False
 
     def ensure_target(self, route: TableRoute, schema: RowSchema | None) -> None:

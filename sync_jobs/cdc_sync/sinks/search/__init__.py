@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from cdc_sync.core.model import Change
-from cdc_sync.core.retry import retried
+from cdc_sync.core.retry import DEFAULT_POLICY, RetryPolicy, retried
 from cdc_sync.mapping import TableRoute
 from cdc_sync.schema import RowSchema
 from cdc_sync.sinks.base import WriteResult
@@ -37,14 +37,19 @@ class SearchSink:
         tombstone_retention_seconds: int,
         *,
         compat_headers: bool | None = None,
+        retry: RetryPolicy = DEFAULT_POLICY,
     ) -> None:
-        """`compat_headers`: see `open_backend`."""
+        """`compat_headers`: see `open_backend`. `retry`: how long a write waits for the server
+        (its `attempt_timeout_seconds` bounds each request)."""
         if tombstone_retention_seconds <= 0:
             raise ValueError("tombstone_retention_seconds must be positive")
         self.client_kind = client_kind
-        self.backend: SearchBackend = open_backend(client_kind, url, compat_headers)
+        self.retry = retry.for_target(self.name)
+        self.backend: SearchBackend = open_backend(
+            client_kind, url, compat_headers, timeout_seconds=self.retry.attempt_timeout_seconds
+        )
         self.tombstone_retention_seconds = tombstone_retention_seconds
-        self.writer = SearchWriter(self.backend)
+        self.writer = SearchWriter(self.backend, self.retry)
 
     def ensure_target(self, route: TableRoute, schema: RowSchema | None) -> None:
         search = route.search
@@ -54,6 +59,7 @@ class SearchSink:
             lambda: ensure_index(self.backend, search, schema, self.tombstone_retention_seconds),
             is_transient,
             f"search ensure_target {search.index}",
+            self.retry,
         )
 
     def apply(self, route: TableRoute, changes: Sequence[Change]) -> WriteResult:

@@ -1,8 +1,9 @@
 """One small interface over the two search clients (opensearch-py, elasticsearch 9.x).
 
 Both return plain dicts; error classification reads structured fields only (exception class and
-HTTP status), never messages. The clients' own retries are off: `retry_transient` owns retrying,
-so backoff and attempt counts are in one place.
+HTTP status), never messages. The clients' own retries are off: `core.retry.retried` owns
+retrying, so backoff and the outage horizon are in one place; each request is bounded by an
+explicit timeout.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import elastic_transport
 import elasticsearch
 import opensearchpy
 from elastic_transport import Transport
+
+from cdc_sync.core.retry import DEFAULT_ATTEMPT_TIMEOUT_SECONDS
 
 ClientKind = Literal["opensearch", "elasticsearch"]
 CLIENT_KINDS: tuple[ClientKind, ...] = ("opensearch", "elasticsearch")
@@ -78,26 +81,40 @@ def server_distribution(url: str) -> str:
     return "opensearch" if version.get("distribution") == "opensearch" else "elasticsearch"
 
 
-def open_backend(kind: str, url: str, compat_headers: bool | None = None) -> SearchBackend:
+def open_backend(
+    kind: str,
+    url: str,
+    compat_headers: bool | None = None,
+    timeout_seconds: float = DEFAULT_ATTEMPT_TIMEOUT_SECONDS,
+) -> SearchBackend:
     """`compat_headers` (elasticsearch client only): Elasticsearch's `compatible-with=N` media
     types, which OpenSearch-API servers (the local stack's osmem-server) reject with HTTP 406.
-    None = ask the server: on for Elasticsearch, off for an OpenSearch API."""
+    None = ask the server: on for Elasticsearch, off for an OpenSearch API.
+    `timeout_seconds`: per request, so a server that answers nothing fails the attempt."""
     if compat_headers is None:
         compat_headers = kind == "elasticsearch" and server_distribution(url) != "opensearch"
-    return connect(kind, url, compat_headers)
+    return connect(kind, url, compat_headers, timeout_seconds)
 
 
-def connect(kind: str, url: str, compat_headers: bool = True) -> SearchBackend:
+def connect(
+    kind: str,
+    url: str,
+    compat_headers: bool = True,
+    timeout_seconds: float = DEFAULT_ATTEMPT_TIMEOUT_SECONDS,
+) -> SearchBackend:
     if kind == "opensearch":
-        return OpenSearchBackend(url)
+        return OpenSearchBackend(url, timeout_seconds)
     if kind == "elasticsearch":
-        return ElasticsearchBackend(url, compat_headers)
+        return ElasticsearchBackend(url, compat_headers, timeout_seconds)
     raise ValueError(f"search client_kind must be one of {', '.join(CLIENT_KINDS)}, got {kind!r}")
 
 
 class OpenSearchBackend:
-    def __init__(self, url: str) -> None:
-        self.client = opensearchpy.OpenSearch(hosts=[url], max_retries=0, retry_on_timeout=False)
+    def __init__(self, url: str, timeout_seconds: float = DEFAULT_ATTEMPT_TIMEOUT_SECONDS) -> None:
+        # Explicit per-request timeout (the client's default is 10 s): a timeout is transient.
+        self.client = opensearchpy.OpenSearch(
+            hosts=[url], timeout=timeout_seconds, max_retries=0, retry_on_timeout=False
+        )
 
     def alias_exists(self, alias: str) -> bool:
         return bool(self.client.indices.exists_alias(name=alias))
@@ -168,9 +185,15 @@ class PlainJsonTransport(Transport):
 
 
 class ElasticsearchBackend:
-    def __init__(self, url: str, compat_headers: bool = True) -> None:
+    def __init__(
+        self,
+        url: str,
+        compat_headers: bool = True,
+        timeout_seconds: float = DEFAULT_ATTEMPT_TIMEOUT_SECONDS,
+    ) -> None:
         self.client = elasticsearch.Elasticsearch(
             url,
+            request_timeout=timeout_seconds,
             max_retries=0,
             retry_on_timeout=False,
             transport_class=Transport if compat_headers else PlainJsonTransport,

@@ -1,0 +1,145 @@
+"""A frozen search server (SIGSTOP) is waited for, up to the retry horizon (issue 8, item 6).
+
+Each test starts a private osmem-server (as the `search_url` fixture's local recipe does) so it
+can freeze that process by PID without disturbing other tests; it is always resumed (SIGCONT) and
+stopped at the end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from cdc_sync.core.retry import RetryPolicy, TransientSinkError
+from cdc_sync.job.health import SinkHealth, SinkState
+from cdc_sync.localstack.process import StackError, Started, stop_pid
+from cdc_sync.localstack.services import start_search
+from cdc_sync.mapping import TableRoute
+from cdc_sync.sinks.base import WriteResult
+from cdc_sync.sinks.search import SearchSink
+from tests.changes import change, products_route
+from tests.envelopes import product
+
+pytestmark = pytest.mark.integration
+
+FREEZE_SECONDS = 8.0
+# Short requests, so attempts fail (time out) while the server is frozen.
+ATTEMPT_TIMEOUT = 1.5
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[Started]:
+    try:
+        started = start_search(tmp_path)
+    except StackError as exc:
+        pytest.skip(f"osmem-server could not start: {exc}")
+    try:
+        yield started
+    finally:
+        resume(started)
+        stop_pid(started.pid)
+
+
+def freeze(started: Started) -> None:
+    os.killpg(started.pid, signal.SIGSTOP)  # spawn() gave it its own process group
+
+
+def resume(started: Started) -> None:
+    with contextlib.suppress(ProcessLookupError):  # already gone: nothing to resume
+        os.killpg(started.pid, signal.SIGCONT)
+
+
+def open_sink(kind: str, started: Started, horizon: float, health: SinkHealth) -> SearchSink:
+    policy = RetryPolicy(
+        horizon_seconds=horizon,
+        max_seconds=1.0,
+        attempt_timeout_seconds=ATTEMPT_TIMEOUT,
+        observer=health,
+    )
+    return SearchSink(kind, started.url, tombstone_retention_seconds=3600, retry=policy)
+
+
+def ready_route(sink: SearchSink) -> TableRoute:
+    route = products_route()
+    sink.ensure_target(route, change(route, "c", 1, 1, product(1)).schema)
+    return route
+
+
+def alias(route: TableRoute) -> str:
+    assert route.search is not None
+    return route.search.index
+
+
+@pytest.mark.parametrize("kind", ["opensearch", "elasticsearch"])
+def test_a_write_waits_for_a_frozen_server_and_applies_when_it_returns(
+    kind: str, server: Started, caplog: pytest.LogCaptureFixture
+) -> None:
+    health = SinkHealth(["search"])
+    sink = open_sink(kind, server, horizon=60, health=health)
+    route = ready_route(sink)
+    outcome: list[WriteResult | BaseException] = []
+
+    def write() -> None:
+        try:
+            outcome.append(sink.apply(route, [change(route, "c", 10, 7, product(7, name="x"))]))
+        except BaseException as exc:  # reported to the test thread
+            outcome.append(exc)
+
+    writer = threading.Thread(target=write, daemon=True)
+    try:
+        with caplog.at_level(logging.WARNING, logger="cdc_sync.core.retry"):
+            freeze(server)
+            writer.start()
+            time.sleep(FREEZE_SECONDS)  # several timed-out attempts: more than the old 6
+            frozen = health.status()["search"]
+            resume(server)
+            writer.join(timeout=60)
+    finally:
+        resume(server)
+    assert not writer.is_alive()
+    assert frozen.state is SinkState.WAITING and frozen.what == f"search bulk {alias(route)}"
+    assert frozen.failures >= 2
+    [result] = outcome
+    assert isinstance(result, WriteResult), result
+    assert (result.applied, result.fenced, result.failures) == (1, 0, [])
+    assert health.status()["search"].state is SinkState.OK
+    waiting = [
+        r.getMessage() for r in caplog.records if "waiting for sink search" in r.getMessage()
+    ]
+    assert waiting and "retrying until" in waiting[0]
+    sink.refresh(alias(route))
+    [doc] = sink.backend.mget(alias(route), ["7"])
+    assert doc["found"] and doc["_source"]["name"] == "x"
+    sink.close()
+
+
+@pytest.mark.parametrize("kind", ["opensearch", "elasticsearch"])
+def test_a_server_frozen_past_the_horizon_fails_the_write_naming_the_wait(
+    kind: str, server: Started
+) -> None:
+    health = SinkHealth(["search"])
+    sink = open_sink(kind, server, horizon=3, health=health)
+    route = ready_route(sink)
+    started = time.monotonic()
+    try:
+        freeze(server)
+        with pytest.raises(TransientSinkError) as raised:
+            sink.apply(route, [change(route, "c", 10, 8, product(8))])
+    finally:
+        resume(server)
+    elapsed = time.monotonic() - started
+    message = str(raised.value)
+    assert "sink search" in message and "gave up after waiting" in message
+    assert f"search bulk {alias(route)}" in message
+    # First failure after one request timeout, then the 3 s horizon, then at most one more.
+    assert 3 <= elapsed <= 3 + 3 * ATTEMPT_TIMEOUT + 2
+    assert health.status()["search"].state is SinkState.FAILED
+    sink.close()
