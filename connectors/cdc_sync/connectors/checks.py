@@ -181,7 +181,36 @@ def _table(conn: psycopg.Connection[Any], table: TableId, config: Mapping[str, s
                 "warning",
                 f"REPLICA IDENTITY of {table}",
                 "DEFAULT with TOAST-able columns: unchanged large values arrive as "
-                "__debezium_unavailable_value; the sinks merge them (kept), or set FULL",
+                "__debezium_unavailable_value; the job fills them from the batch, the sinks or "
+                "Postgres (read by key), or set FULL",
             )
         )
+    if identity and identity[0] == "d":
+        checks += _base64_bytea(conn, table, name, config)
     return checks
+
+
+def _base64_bytea(
+    conn: psycopg.Connection[Any], table: TableId, name: str, config: Mapping[str, str]
+) -> list[Check]:
+    """Under base64 binary modes Debezium sends an unchanged TOASTed bytea as null, which nothing
+    can tell from a real null: the sinks would lose the value."""
+    if not config.get("binary.handling.mode", "bytes").startswith("base64"):
+        return []
+    bytea = conn.execute(
+        "SELECT count(*) FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid "
+        "WHERE a.attrelid = %s::regclass AND a.attnum > 0 AND NOT a.attisdropped "
+        "AND t.typname = 'bytea'",
+        (name,),
+    ).fetchone()
+    if not bytea or not bytea[0]:
+        return []
+    return [
+        Check(
+            "warning",
+            "binary.handling.mode",
+            f"{table} has bytea columns and REPLICA IDENTITY DEFAULT: under base64 modes an "
+            "unchanged TOASTed bytea arrives as null and would be written as null; use bytes "
+            "(the default) or hex, or set REPLICA IDENTITY FULL",
+        )
+    ]
