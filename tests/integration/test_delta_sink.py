@@ -8,6 +8,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
+from pyspark.sql import SparkSession
 
 from cdc_sync.core.model import Change, TableId
 from cdc_sync.job.spark_session import PACKAGES_VAR, build_spark
@@ -66,11 +67,13 @@ def delta_spark_session() -> Iterator[Any]:
             "delta-spark path: the io.delta:delta-spark_2.13 jars are not on Spark's classpath "
             f"(set {PACKAGES_VAR} with Maven access, or add the jars to pyspark/jars)"
         )
+    shared = SparkSession.getActiveSession()  # the e2e session, when those tests ran first
     spark = build_spark("test-delta-spark")
     if not delta_spark_available(spark):
         pytest.skip("delta-spark jars configured but io.delta.tables.DeltaTable does not load")
     yield spark
-    spark.stop()
+    if shared is None:  # stop only a session this module started
+        spark.stop()
 
 
 @pytest.fixture(params=["deltalake", "delta-spark"])

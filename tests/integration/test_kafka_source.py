@@ -35,6 +35,7 @@ Coordinate = tuple[str, int, int]
 @pytest.fixture(scope="module")
 def spark() -> Iterator[SparkSession]:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    shared = SparkSession.getActiveSession()  # the e2e session, when those tests ran first
     session = (
         SparkSession.builder.master("local[2]")
         .appName("test_kafka_source")
@@ -45,7 +46,8 @@ def spark() -> Iterator[SparkSession]:
         .getOrCreate()
     )
     yield session
-    session.stop()
+    if shared is None:  # stop only a session this module started
+        session.stop()
 
 
 def create_topics(bootstrap: str, names: list[str], partitions: int = 2) -> None:

@@ -134,7 +134,9 @@ class _Waiting:
         return float("inf") if horizon is None else max(0.0, horizon - self.waited())
 
     def horizon_passed(self) -> bool:
-        return self.remaining() <= 0.0
+        # Within a millisecond: the last sleep is cut to the remaining time, and float sums of
+        # sleeps can stop a hair short of the horizon, which would then never be reached.
+        return self.remaining() <= 1e-3
 
 
 def _clock_time(timestamp: float) -> str:
