@@ -49,3 +49,15 @@ def test_a_change_after_the_tombstone_in_the_log_wins() -> None:
     assert not state.is_delete and state.version == 40
     state = fold_key([change(10, 0), change(20, 1, Op.DELETE), tombstone(2), change(30, 3)])
     assert not state.is_delete and state.version == 30
+
+
+def test_a_delete_after_a_create_in_one_transaction_is_settled_by_postgres() -> None:
+    """Two rows swapping keys (deferrable keys) reads, for key b: create(b) then delete(b), both
+    at the transaction's version, though Postgres holds b: the fold asks for Postgres."""
+    state = fold_key([change(10, 0), change(50, 1, Op.CREATE), change(50, 2, Op.DELETE)])
+    assert state.is_delete and state.resolve_from_source
+
+
+def test_a_delete_in_a_later_transaction_is_just_a_delete() -> None:
+    state = fold_key([change(50, 1, Op.CREATE), change(60, 2, Op.DELETE)])
+    assert state.is_delete and not state.resolve_from_source

@@ -72,6 +72,10 @@ class Change:
     source_ts_ms: int | None = None
     unavailable_columns: frozenset[str] = frozenset()
     schema: RowSchema | None = field(default=None, compare=False, repr=False)
+    # A delete that follows a create of the same key in the same transaction: either the row was
+    # created and deleted, or two rows swapped keys (deferrable keys) and the key is present.
+    # Only Postgres can tell (job.unavailable reads it).
+    resolve_from_source: bool = False
 
     @property
     def is_delete(self) -> bool:

@@ -169,7 +169,13 @@ def _folded_group(
     group: list[Change], fingerprints: dict[Coordinates, object]
 ) -> dict[str, object]:
     state = fold_key(group)
-    return _folded_row(state, fingerprints.get(state.coordinates))
+    source = state
+    if state.resolve_from_source:  # read as a whole row: it travels with the create's schema
+        source = max(
+            (c for c in group if not c.is_delete and c.version == state.version),
+            key=lambda c: c.coordinates.position,
+        )
+    return _folded_row(state, fingerprints.get(source.coordinates))
 
 
 def _folded_row(change: Change, schema_fp: object) -> dict[str, object]:

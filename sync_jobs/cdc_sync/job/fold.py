@@ -58,4 +58,15 @@ def fold_key(changes: Sequence[Change]) -> Change:
     state = ordered[0]
     for change in ordered[1:]:
         state = fold(state, change)
+    if state.is_delete and created_in_the_same_transaction(state, ordered):
+        # Keyed by primary key, a transaction that swaps two rows' keys (deferrable keys) reads
+        # delete(a) create(b) delete(b) create(a): b's last change is a delete though Postgres
+        # holds b. A delete after a create of the same version is settled by reading Postgres.
+        state = dataclasses.replace(state, resolve_from_source=True)
     return state
+
+
+def created_in_the_same_transaction(delete: Change, changes: Sequence[Change]) -> bool:
+    return not delete.is_unversioned and any(
+        not c.is_delete and c.version == delete.version for c in changes
+    )

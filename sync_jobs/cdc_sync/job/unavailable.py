@@ -21,7 +21,7 @@ from typing import Any
 
 import psycopg
 
-from cdc_sync.core.model import Change, TableId
+from cdc_sync.core.model import Change, Op, TableId
 from cdc_sync.core.retry import DEFAULT_POLICY, retried
 from cdc_sync.core.types import Column, RowSchema
 from cdc_sync.schema.catalog import ConverterModes
@@ -31,7 +31,13 @@ log = logging.getLogger(__name__)
 
 
 def needs_source(change: Change) -> bool:
-    return not change.is_delete and bool(change.unavailable_columns)
+    return change.resolve_from_source or (not change.is_delete and bool(change.unavailable_columns))
+
+
+def _wanted_columns(change: Change) -> frozenset[str]:
+    if change.resolve_from_source and change.schema is not None:
+        return frozenset(change.schema.names)  # the whole row, if the key is present
+    return change.unavailable_columns
 
 
 class SourceFiller:
@@ -54,9 +60,12 @@ class SourceFiller:
         filled: list[Change] = []
         gone = 0
         for change in changes:
+            values = found.get(_key(change)) if needs_source(change) else None
             if not needs_source(change):
                 filled.append(change)
-            elif (values := found.get(_key(change))) is not None:
+            elif change.resolve_from_source:
+                filled.append(_settled(change, values))
+            elif values is not None:
                 filled.append(_with_values(change, values))
             else:
                 gone += 1
@@ -65,7 +74,7 @@ class SourceFiller:
 
     def _read(self, table: TableId, pending: Sequence[Change]) -> dict[tuple[Any, ...], Any]:
         schema = next(c.schema for c in pending if c.schema is not None)
-        wanted = sorted({name for c in pending for name in c.unavailable_columns})
+        wanted = sorted({name for c in pending for name in _wanted_columns(c)})
         try:
             return read_columns(
                 self._connection(),
@@ -98,6 +107,14 @@ def _key(change: Change) -> tuple[Any, ...]:
 
 def _columns(schema: RowSchema, names: Sequence[str]) -> list[Column]:
     return [schema.column(name) for name in names]
+
+
+def _settled(delete: Change, values: dict[str, Any] | None) -> Change:
+    """A delete after a create in one transaction: the row Postgres holds, or the delete."""
+    if values is None or delete.schema is None:
+        return dataclasses.replace(delete, resolve_from_source=False)
+    row = {name: values[name] for name in delete.schema.names if name in values}
+    return dataclasses.replace(delete, op=Op.UPDATE, row=row, resolve_from_source=False)
 
 
 def _with_values(change: Change, values: dict[str, Any]) -> Change:
