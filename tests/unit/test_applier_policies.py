@@ -81,3 +81,19 @@ def test_dead_letter_keeps_going_and_letters_the_refused_record() -> None:
     assert [(d.sink, d.stage, d.error_class) for d in letters.written] == [
         ("search", "write", "mapper_parsing_exception")
     ]
+
+
+def test_every_batch_reports_its_stage_times() -> None:
+    applier, _, one = applier_for(OnMalformed.DEAD_LETTER)
+    metrics = applier.apply(
+        1,
+        records=1,
+        changes=1,
+        compacted=[one],
+        rejected=[],
+        schemas={},
+        schema_fps=[None],
+        stage_seconds={"decode": 0.5, "fold": 0.25},
+    )
+    assert {"decode", "fold", "search", "dead_letter"} <= set(metrics.stages)
+    assert "decode:0.50s" in metrics.summary() and "search:" in metrics.summary()

@@ -53,11 +53,15 @@ class BatchMetrics:
     tombstones: int = 0
     malformed: int = 0
     dead_lettered: int = 0
-    unavailable_gone: int = (
-        0  # TOAST placeholders of rows deleted since: left out (see unavailable)
-    )
+    unavailable_gone: int = 0  # placeholders of rows deleted since: left out (job.unavailable)
     sinks: dict[str, WriteResult] = field(default_factory=dict)
     seconds: float = 0.0
+    # Seconds per stage, so a slow stage shows without a profiler: decode and fold (Spark, set
+    # by job.stream), fill (Postgres reads of placeholders), one entry per sink, dead_letter.
+    stages: dict[str, float] = field(default_factory=dict)
+
+    def timed(self, stage: str, started: float) -> None:
+        self.stages[stage] = self.stages.get(stage, 0.0) + time.monotonic() - started
 
     def reconciles(self) -> bool:
         """Every record is accounted for, and every compacted change by every sink."""
@@ -75,7 +79,8 @@ class BatchMetrics:
             f"batch {self.batch_id}: records={self.records} changes={self.changes} "
             f"compacted={self.compacted} tombstones={self.tombstones} malformed={self.malformed} "
             f"dead_lettered={self.dead_lettered} unavailable_gone={self.unavailable_gone} "
-            f"{per_sink} in {self.seconds:.2f}s"
+            f"{per_sink} in {self.seconds:.2f}s "
+            f"({' '.join(f'{name}:{took:.2f}s' for name, took in self.stages.items())})"
         )
 
 
@@ -106,11 +111,13 @@ class BatchApplier:
         schemas: dict[str, RowSchema],
         schema_fps: Sequence[str | None],
         tombstone_deletes: int = 0,
+        stage_seconds: dict[str, float] | None = None,
     ) -> BatchMetrics:
         """`tombstone_deletes`: tombstones applied as deletes (counted as tombstones; their
-        deletes are among `compacted`)."""
+        deletes are among `compacted`); `stage_seconds`: the Spark stages' times."""
         started = time.monotonic()
         metrics = BatchMetrics(batch_id, records=records, changes=changes, compacted=len(compacted))
+        metrics.stages.update(stage_seconds or {})
         metrics.tombstones += tombstone_deletes
         letters = self._handle_rejected(rejected, metrics)
         by_table: dict[TableId, list[Change]] = defaultdict(list)
@@ -127,7 +134,9 @@ class BatchApplier:
                 raise PolicyViolation(
                     "records need dead-lettering but no dead-letter writer is set"
                 )
+            letters_started = time.monotonic()
             self.dead_letters.write(letters)
+            metrics.timed("dead_letter", letters_started)
         metrics.dead_lettered = len(letters)
         metrics.seconds = time.monotonic() - started
         log.info("%s", metrics.summary())
@@ -138,8 +147,10 @@ class BatchApplier:
         self, route: TableRoute, changes: list[Change], metrics: BatchMetrics
     ) -> list[DeadLetter]:
         if self.filler is not None:
+            fill_started = time.monotonic()
             changes, gone = self.filler.fill(route.table, changes)
             metrics.unavailable_gone += gone
+            metrics.timed("fill", fill_started)
         # Deletes carry no row schema: the newest change that has one tells the table's schema.
         with_schema = [c for c in changes if c.schema is not None]
         newest = max(with_schema, key=lambda c: c.version) if with_schema else None
@@ -151,7 +162,9 @@ class BatchApplier:
         routed = [route.route(schema.conform(change)) for change in changes]
         letters: list[DeadLetter] = []
         for sink in self.sinks:
+            sink_started = time.monotonic()
             result = sink.apply(route, routed)
+            metrics.timed(sink.name, sink_started)
             previous = metrics.sinks.get(sink.name, WriteResult())
             metrics.sinks[sink.name] = previous.merge(result)
             if result.failures and route.policies.on_malformed is OnMalformed.FAIL:

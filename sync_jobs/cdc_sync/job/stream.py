@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+import time
 from functools import partial
 from typing import Any
 
@@ -46,7 +47,9 @@ class MicroBatchProcessor:
             DECODED_SPARK,
         )
         decoded = decoded.persist(StorageLevel.MEMORY_AND_DISK)
+        stages: dict[str, float] = {}
         try:
+            started = time.monotonic()  # read + decode: the first action runs both
             counts = {
                 row["kind"]: row["count"] for row in decoded.groupBy("kind").count().collect()
             }
@@ -56,6 +59,8 @@ class MicroBatchProcessor:
                 .toArrow()
                 .to_pylist()
             )
+            stages["decode"] = time.monotonic() - started
+            started = time.monotonic()
             compacted = (
                 decoded.where(f"kind IN {CHANGE_KINDS}")
                 .repartition(self.partitions, "table", "doc_id")
@@ -65,6 +70,7 @@ class MicroBatchProcessor:
                 .toArrow()
                 .to_pylist()
             )
+            stages["fold"] = time.monotonic() - started
         finally:
             decoded.unpersist()
         return self.applier.apply(
@@ -76,6 +82,7 @@ class MicroBatchProcessor:
             rejected=[_rejected(row) for row in side if row["kind"] not in CHANGE_KINDS],
             schemas=_schemas(side),
             schema_fps=[row["schema_fp"] for row in compacted],
+            stage_seconds=stages,
         )
 
 
