@@ -151,6 +151,12 @@ def test_search_fields_get_a_mapping_per_type(types_pipeline: SyncHarness) -> No
     assert properties["c_uuid"]["type"] == "keyword"
 
 
+def table_consumer(pipeline: SyncHarness) -> Consumer:
+    connections = pipeline.connections
+    bootstrap = connections.require("kafka_bootstrap")
+    return Consumer(consumer_config(bootstrap, connections.kafka_flavor, f"t{uuid.uuid4()}"))
+
+
 @pytest.fixture
 def types_mode(request: pytest.FixtureRequest) -> str:
     """The converter mode of the current `types_pipeline` parameter."""
@@ -165,11 +171,7 @@ def test_catalog_schema_matches_what_debezium_sends(
         pytest.skip("schemaless records carry no schema to compare with")
     connections = types_pipeline.connections
     topic = f"{types_pipeline.mapping.topic_prefix}.{TABLE}"
-    consumer = Consumer(
-        consumer_config(
-            connections.require("kafka_bootstrap"), connections.kafka_flavor, f"t{uuid.uuid4()}"
-        )
-    )
+    consumer = table_consumer(types_pipeline)
     try:
         consumer.assign([TopicPartition(topic, 0, 0)])
         message = consumer.poll(30)
@@ -215,11 +217,7 @@ def test_values_read_from_postgres_equal_what_debezium_sends(
         pytest.skip("the same values; the schema comes from the catalog")
     connections = types_pipeline.connections
     topic = f"{types_pipeline.mapping.topic_prefix}.{TABLE}"
-    consumer = Consumer(
-        consumer_config(
-            connections.require("kafka_bootstrap"), connections.kafka_flavor, f"t{uuid.uuid4()}"
-        )
-    )
+    consumer = table_consumer(types_pipeline)
     # Per key, the newest record holding every TOASTable column: after it only placeholders
     # (unchanged values) or other columns changed, so it holds what Postgres holds now.
     latest: dict[object, Change] = {}
