@@ -257,6 +257,8 @@ class Pipeline:
     def kill_job(self) -> bool:
         """kill -9 of the job, mid-batch when one starts within a minute, then a restart on the
         same checkpoint. Returns whether a batch was in flight when it was killed."""
+        if self.job.in_flight():  # the batch the last kill interrupted: let it commit first
+            self.job.wait_committed(self.job.committed_batches())
         mid_batch = self.job.wait_in_flight(timeout_seconds=60)
         self.job.kill()
         self.job.start()
