@@ -5,6 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
+SOAK_ARGS ?= --changes 100000
 
 .DEFAULT_GOAL := help
 
@@ -40,6 +41,9 @@ lint: install ## ruff + mypy + import contracts (layers only point down)
 bench: install ## benchmarks (print numbers; not part of the tests)
 	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
+soak: install ## adversarial soak: ~100k changes, kill -9 / capture restart / cache loss repeated (SOAK_ARGS)
+	PYTHONPATH=sync_jobs:connectors:infra:. $(BIN)/python -m tests.adversarial.soak $(SOAK_ARGS)
+
 stack-up: install ## start the local stack (Postgres, broker, search, Redis) on loopback ports
 	$(BIN)/cdc-sync stack up
 
@@ -49,4 +53,4 @@ stack-down: ## stop exactly what stack-up started
 clean: ## remove the virtualenv and local state
 	rm -rf $(VENV) .cdc-sync .pytest_cache .mypy_cache .ruff_cache
 
-.PHONY: help bootstrap install demo test test-unit lint bench stack-up stack-down clean
+.PHONY: help bootstrap install demo test test-unit lint bench soak stack-up stack-down clean

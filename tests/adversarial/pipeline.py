@@ -1,0 +1,352 @@
+"""One adversarial pipeline: embedded capture in this process, the sync job as a subprocess.
+
+The job runs as `python -m cdc_sync.cli run --mapping ... --checkpoint ...` with its settings in
+`CDC_SYNC_*` variables, in its own process group, so a fault is a real `kill -9` of the job (its
+JVM and Python workers included) and a restart reads the same checkpoint. Capture (the embedded
+Debezium engine with tests/adversarial/connector.json) can be stopped and started on its offset
+file and replication slot. Used by tests/e2e/test_adversarial.py and tests/adversarial/soak.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import psycopg
+import redis
+import yaml
+from confluent_kafka import Consumer, TopicPartition
+from opensearchpy.exceptions import ConnectionError as SearchConnectionError
+
+from cdc_sync.connectors.engine import CaptureEngine
+from cdc_sync.connectors.signals import request_snapshot
+from cdc_sync.core import settings
+from cdc_sync.core.kafka_clients import consumer_config
+from cdc_sync.core.settings import Connections
+from cdc_sync.debezium.connector import load_connector
+from cdc_sync.mapping import MappingFile, load_mapping
+from cdc_sync.verify.compare import Report, verify_all
+from tests.adversarial.workload import CONNECTOR, MAPPING, TABLES
+
+STARTED_LINE = "sync job started"  # logged by cdc_sync.job.runner once the query runs
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+PYTHONPATH = os.pathsep.join(
+    str(PROJECT_ROOT / part) for part in ("sync_jobs", "connectors", "infra", ".")
+)
+
+
+def write_mapping(directory: Path, topic_prefix: str) -> Path:
+    """tests/adversarial/mapping.yaml with this pipeline's own topic prefix and dead letters."""
+    document: dict[str, Any] = yaml.safe_load(MAPPING.read_text())
+    document["source"]["topic_prefix"] = topic_prefix
+    document["source"]["connector"] = str(CONNECTOR)
+    document["dead_letter"]["topic"] = f"{topic_prefix}.dead_letter"
+    for name, route in document["tables"].items():
+        route["search"]["index"] = f"{topic_prefix}_{name.split('.')[1]}"
+    path = directory / "mapping.yaml"
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    return path
+
+
+def job_environment(connections: Connections, state: Path) -> dict[str, str]:
+    values = {
+        settings.PG_URL: connections.require("pg_url"),
+        settings.KAFKA_BOOTSTRAP: connections.require("kafka_bootstrap"),
+        settings.KAFKA_FLAVOR: connections.kafka_flavor,
+        settings.SEARCH_URL: connections.require("search_url"),
+        settings.SEARCH_CLIENT: connections.search_client,
+        settings.REDIS_URL: connections.require("redis_url"),
+        settings.WAREHOUSE: connections.require("warehouse"),
+        settings.STATE_DIR_VAR: str(state),
+        "PYTHONPATH": PYTHONPATH,
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+    }
+    return {k: v for k, v in os.environ.items() if not k.startswith("CDC_SYNC_")} | values
+
+
+class JobProcess:
+    """`cdc-sync run` as a subprocess; `kill()` is SIGKILL to its whole process group."""
+
+    def __init__(self, mapping: Path, checkpoint: Path, env: dict[str, str], log: Path) -> None:
+        self.argv = [
+            sys.executable,
+            "-m",
+            "cdc_sync.cli",
+            "run",
+            "--mapping",
+            str(mapping),
+            "--checkpoint",
+            str(checkpoint),
+            "--trigger-seconds",
+            "0.5",
+        ]
+        self.checkpoint = checkpoint
+        self.env = env
+        self.log = log
+        self.process: subprocess.Popen[bytes] | None = None
+        self._log_file: IO[bytes] | None = None
+        self.starts = 0
+
+    def start(self) -> None:
+        assert self.process is None, "the job is already running"
+        self._log_file = self.log.open("ab")
+        self.process = subprocess.Popen(
+            self.argv,
+            cwd=PROJECT_ROOT,
+            env=self.env,
+            stdout=self._log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group: the JVM and workers die with it
+        )
+        self.starts += 1
+
+    def _batches(self, folder: str) -> list[int]:
+        path = self.checkpoint / folder
+        return [int(p.name) for p in path.iterdir() if p.name.isdigit()] if path.exists() else []
+
+    def committed_batches(self) -> int:
+        return len(self._batches("commits"))
+
+    def in_flight(self) -> bool:
+        """A batch is planned (its offsets written) and not yet committed."""
+        planned, committed = self._batches("offsets"), self._batches("commits")
+        return bool(planned) and max(planned) > max(committed, default=-1)
+
+    def wait_in_flight(self, timeout_seconds: float = 120.0) -> bool:
+        """Until a batch is being processed; False when none started within the timeout."""
+        deadline = time.monotonic() + timeout_seconds
+        while not self.in_flight():
+            self.raise_if_dead()
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.02)
+        return True
+
+    def wait_committed(self, more_than: int, timeout_seconds: float = 120.0) -> None:
+        """Until the query has committed a batch past `more_than` (it is mid-stream)."""
+        deadline = time.monotonic() + timeout_seconds
+        while self.committed_batches() <= more_than:
+            self.raise_if_dead()
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no batch committed in {timeout_seconds}s (log {self.log})")
+            time.sleep(0.2)
+
+    def wait_up(self, timeout_seconds: float = 180.0) -> None:
+        """Until this start's streaming query runs (the job logs "sync job started")."""
+        deadline = time.monotonic() + timeout_seconds
+        while self.log.read_text(errors="replace").count(STARTED_LINE) < self.starts:
+            self.raise_if_dead()
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"sync job not started in {timeout_seconds}s: {self.log}")
+            time.sleep(0.2)
+
+    def raise_if_dead(self) -> None:
+        if self.process is not None and self.process.poll() is not None:
+            raise AssertionError(
+                f"sync job exited with {self.process.returncode}; log tail:\n{self.tail()}"
+            )
+
+    def tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+    def kill(self) -> None:
+        """kill -9: no batch finishes, no sink is closed, nothing is flushed."""
+        if self.process is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(timeout=30)
+        self._close_log()
+
+    def stop(self) -> None:
+        """A graceful stop (SIGTERM: the current batch finishes)."""
+        if self.process is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGTERM)
+        try:
+            self.process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=30)
+        self._close_log()
+
+    def _close_log(self) -> None:
+        self.process = None
+        if self._log_file is not None:
+            self._log_file.close()
+            self._log_file = None
+
+
+@dataclass
+class Pipeline:
+    """Capture + job + the pipeline's own sinks (topic prefix, Redis db, indices, warehouse)."""
+
+    connections: Connections
+    root: Path
+    topic_prefix: str
+    mapping_path: Path
+    mapping: MappingFile
+    job: JobProcess
+    capture: CaptureEngine | None = None
+
+    @classmethod
+    def create(cls, connections: Connections, root: Path) -> Pipeline:
+        topic_prefix = f"adv{uuid.uuid4().hex[:6]}"
+        root.mkdir(parents=True, exist_ok=True)
+        mapping_path = write_mapping(root, topic_prefix)
+        env = job_environment(connections, root / "state")
+        job = JobProcess(mapping_path, root / "checkpoints" / "main", env, root / "job.log")
+        return cls(connections, root, topic_prefix, mapping_path, load_mapping(mapping_path), job)
+
+    # -- capture ------------------------------------------------------------------------------
+
+    def capture_settings(self) -> dict[str, str]:
+        # The slot survives a capture stop, so a restart streams what changed meanwhile;
+        # tests.pg.private_database drops it with the database.
+        return {
+            "topic.prefix": self.topic_prefix,
+            "slot.name": f"{self.topic_prefix}_slot",
+            "publication.name": f"{self.topic_prefix}_pub",
+            "notification.sink.topic.name": f"{self.topic_prefix}.notifications",
+            "slot.drop.on.stop": "false",
+        }
+
+    def start_capture(self) -> None:
+        assert self.capture is None
+        self.capture = CaptureEngine.from_file(
+            CONNECTOR, self.connections, self.root / "capture", self.capture_settings()
+        )
+        self.capture.start()
+        self.capture.wait_ready(timeout_seconds=120)
+
+    def stop_capture(self) -> None:
+        if self.capture is not None:
+            self.capture.stop()
+            self.capture = None
+
+    def restart_capture(self) -> None:
+        self.stop_capture()
+        self.start_capture()
+
+    # -- the whole pipeline -------------------------------------------------------------------
+
+    def start(self) -> None:
+        clean_sinks(self.mapping, self.connections)
+        self.start_capture()
+        self.job.start()
+        self.job.wait_up()
+
+    def stop(self) -> None:
+        self.job.stop()
+        self.stop_capture()
+
+    # -- faults and repairs -------------------------------------------------------------------
+
+    def kill_job(self) -> bool:
+        """kill -9 of the job, mid-batch when one starts within a minute, then a restart on the
+        same checkpoint. Returns whether a batch was in flight when it was killed."""
+        if self.job.in_flight():  # the batch the last kill interrupted: let it commit first
+            self.job.wait_committed(self.job.committed_batches())
+        mid_batch = self.job.wait_in_flight(timeout_seconds=60)
+        self.job.kill()
+        self.job.start()
+        self.job.wait_up()
+        return mid_batch
+
+    def flush_cache(self) -> None:
+        client = redis.Redis.from_url(self.connections.require("redis_url"))
+        client.flushdb()
+        client.close()
+
+    def request_resnapshot(self) -> None:
+        """The documented repair of a lost sink: an incremental snapshot of every table
+        (what `cdc-sync connectors snapshot` signals), applied by the running job."""
+        config = load_connector(CONNECTOR).config
+        with psycopg.connect(self.connections.require("pg_url"), autocommit=True) as conn:
+            request_snapshot(conn, config, list(TABLES))
+
+    # -- checks -------------------------------------------------------------------------------
+
+    def verify(self) -> Report:
+        return verify_all(self.mapping, self.connections)
+
+    def wait_converged(self, timeout_seconds: float = 180.0) -> Report:
+        deadline = time.monotonic() + timeout_seconds
+        while True:
+            self.job.raise_if_dead()
+            if self.capture is not None:
+                self.capture.raise_if_failed()
+            try:
+                report = self.verify()
+            except SearchConnectionError:  # the search stand-in is slow under a big bulk
+                if time.monotonic() > deadline:
+                    raise
+                continue
+            if report.converged:
+                return report
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"sinks did not converge in {timeout_seconds}s:\n{report.table()}"
+                )
+            time.sleep(1.0)
+
+    def dead_letters(self) -> int:
+        """Records on the pipeline's dead-letter topic (0 when it was never created)."""
+        return topic_size(self.connections, self.mapping.dead_letter_topic)
+
+
+def topic_size(connections: Connections, topic: str) -> int:
+    consumer = Consumer(
+        consumer_config(
+            connections.require("kafka_bootstrap"),
+            connections.kafka_flavor,
+            group_id=f"adv-{uuid.uuid4().hex[:8]}",
+        )
+    )
+    try:
+        metadata = consumer.list_topics(topic, timeout=10).topics.get(topic)
+        if metadata is None or metadata.error is not None:
+            return 0
+        total = 0
+        for partition in metadata.partitions:
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+            total += high - low
+        return total
+    finally:
+        consumer.close()
+
+
+def rows_compared(report: Report) -> int:
+    return sum(t.source_count * len(t.sinks) for t in report.tables)
+
+
+def differences(report: Report) -> int:
+    return sum(
+        len(s.missing) + len(s.extra) + len(s.different) for t in report.tables for s in t.sinks
+    )
+
+
+def clean_sinks(mapping: MappingFile, connections: Connections) -> None:
+    """Indices and cache keys of earlier runs on a shared server must not leak into this one."""
+    client = redis.Redis.from_url(connections.require("redis_url"))
+    client.flushdb()
+    client.close()
+    search_url = connections.require("search_url")
+    for route in mapping.tables.values():
+        if route.search is not None:
+            for name in (route.search.index, f"{route.search.index}_v1"):
+                request = urllib.request.Request(f"{search_url}/{name}", method="DELETE")
+                with contextlib.suppress(urllib.error.HTTPError):  # absent: nothing to clean
+                    urllib.request.urlopen(request, timeout=30).close()

@@ -1,0 +1,64 @@
+-- Adversarial convergence suite schema (tests/adversarial/workload.py drives it). Idempotent.
+-- parent: every common column type plus four big columns stored out of line (STORAGE EXTERNAL,
+-- filled with >8 kB of poorly compressible data), so updates of the small columns arrive with
+-- Debezium's unchanged-TOAST placeholder for them (REPLICA IDENTITY DEFAULT).
+CREATE SCHEMA IF NOT EXISTS adv;
+
+CREATE TABLE IF NOT EXISTS adv.parent (
+    id         bigint PRIMARY KEY,
+    c_int2     smallint,
+    c_int4     integer,
+    c_int8     bigint,
+    c_num      numeric(14, 4),
+    c_numv     numeric,
+    c_float8   double precision,
+    c_bool     boolean,
+    c_text     text,
+    c_varchar  varchar(64),
+    c_uuid     uuid,
+    c_jsonb    jsonb,
+    c_bytea    bytea,
+    c_date     date,
+    c_ts       timestamp,
+    c_tstz     timestamptz,
+    c_interval interval,
+    c_tags     text[],
+    c_ints     integer[],
+    big_text   text,
+    big_bytes  bytea,
+    big_json   jsonb,
+    big_ints   integer[]
+);
+ALTER TABLE adv.parent ALTER COLUMN big_text SET STORAGE EXTERNAL;
+ALTER TABLE adv.parent ALTER COLUMN big_bytes SET STORAGE EXTERNAL;
+ALTER TABLE adv.parent ALTER COLUMN big_json SET STORAGE EXTERNAL;
+ALTER TABLE adv.parent ALTER COLUMN big_ints SET STORAGE EXTERNAL;
+
+-- child: a composite (text, int) key whose text part may hold '|' and '\'; cascades from parent
+-- (deletes, and primary-key moves of the parent).
+CREATE TABLE IF NOT EXISTS adv.child (
+    k          text NOT NULL,
+    n          integer NOT NULL,
+    parent_id  bigint NOT NULL REFERENCES adv.parent (id) ON DELETE CASCADE ON UPDATE CASCADE,
+    qty        integer NOT NULL,
+    note       text,
+    PRIMARY KEY (k, n)
+);
+
+-- deferred: a DEFERRABLE INITIALLY DEFERRED primary key. Postgres never uses a deferrable index
+-- as the replica identity, so with REPLICA IDENTITY DEFAULT the table would have none and every
+-- UPDATE/DELETE would fail once it is in a publication ("does not have a replica identity"):
+-- FULL is required (Debezium still keys records by the primary key).
+CREATE TABLE IF NOT EXISTS adv.deferred (
+    id    integer NOT NULL,
+    val   text NOT NULL,
+    CONSTRAINT deferred_pkey PRIMARY KEY (id) DEFERRABLE INITIALLY DEFERRED
+);
+ALTER TABLE adv.deferred REPLICA IDENTITY FULL;
+
+-- Debezium's signal table (incremental snapshots: the documented cache repair).
+CREATE TABLE IF NOT EXISTS adv.cdc_sync_signal (
+    id    varchar(64) PRIMARY KEY,
+    type  varchar(32) NOT NULL,
+    data  varchar(2048)
+);

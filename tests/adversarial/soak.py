@@ -1,0 +1,221 @@
+"""`make soak`: the adversarial workload, long, with the faults repeated; prints a table.
+
+Rounds of: the seeded workload (tests/adversarial/workload.py) with one large transaction, the
+sync job subprocess killed with SIGKILL twice while a batch is in flight (restarted on its
+checkpoint), the embedded capture stopped while the workload goes on and restarted; then
+convergence (verify: every sink equals Postgres). Then the Redis cache is flushed while the job
+runs, verify reports what the cache lost, and the documented repair (an incremental snapshot of
+every table, as `cdc-sync connectors snapshot` requests) restores it.
+
+    python -m tests.adversarial.soak --changes 100000 --rounds 3 --seed 1
+
+It starts a local stack of its own (cdc_sync.localstack, without a Kafka Connect worker) under
+`--state-dir` unless one is already up there, and stops what it started.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from cdc_sync.core.settings import Connections
+from cdc_sync.localstack.stack import LocalStack, StackUrls
+from cdc_sync.verify.compare import Report
+from tests.adversarial.pipeline import Pipeline, differences, rows_compared
+from tests.adversarial.workload import Workload, create_schema
+from tests.pg import private_database
+
+log = logging.getLogger("soak")
+CONVERGE_TIMEOUT_SECONDS = 900.0
+
+
+@dataclass(frozen=True)
+class Result:
+    scenario: str
+    changes: int
+    faults: str
+    rows_compared: int
+    differences: str
+    seconds: float
+
+
+def connections_for(urls: StackUrls) -> Connections:
+    """The stack's services; the database and warehouse are set per run."""
+    return Connections(
+        pg_url=urls.pg_url,
+        kafka_bootstrap=urls.kafka_bootstrap,
+        kafka_flavor=urls.kafka_flavor,
+        search_url=urls.search_url,
+        search_client="opensearch",
+        redis_url=urls.redis_url,
+        connect_url=None,
+        warehouse=None,
+    )
+
+
+def write_until(workload: Workload, target: int, stop: threading.Event) -> None:
+    """Operations in small paced chunks until `target` committed changes (or `stop`)."""
+    while workload.changes < target and not stop.is_set():
+        workload.run(20)
+        time.sleep(0.05)
+
+
+def in_background(action: Callable[[], None]) -> threading.Thread:
+    thread = threading.Thread(target=action, daemon=True)
+    thread.start()
+    return thread
+
+
+def timed_convergence(pipeline: Pipeline) -> tuple[Report, float]:
+    started = time.monotonic()
+    report = pipeline.wait_converged(timeout_seconds=CONVERGE_TIMEOUT_SECONDS)
+    return report, time.monotonic() - started
+
+
+def faulty_round(
+    pipeline: Pipeline, workload: Workload, number: int, target: int, large_rows: int
+) -> Result:
+    """Workload + large transaction + kill -9 twice + a capture restart, then convergence."""
+    before = workload.changes
+    halfway = before + (target - before) // 2
+    stop = threading.Event()
+    writer = in_background(lambda: write_until(workload, halfway, stop))
+    mid_batch = [pipeline.kill_job()]
+    stop.set()
+    writer.join()
+    workload.large_transaction(large_rows)
+    mid_batch.append(pipeline.kill_job())
+    pipeline.stop_capture()
+    write_until(workload, workload.changes + (target - workload.changes) // 2, threading.Event())
+    pipeline.start_capture()
+    write_until(workload, target, threading.Event())
+    report, seconds = timed_convergence(pipeline)
+    kills = f"kill -9 x2 ({sum(mid_batch)} mid-batch)"
+    return Result(
+        f"round {number}: workload + large txn ({large_rows} rows)",
+        workload.changes - before,
+        f"{kills}, capture restart",
+        rows_compared(report),
+        str(differences(report)),
+        seconds,
+    )
+
+
+def cache_loss_round(pipeline: Pipeline, workload: Workload, number: int) -> Result:
+    """Redis flushed while running: verify reports it; an incremental snapshot repairs it."""
+    before = workload.changes
+    pipeline.flush_cache()
+    broken = pipeline.verify()
+    pipeline.request_resnapshot()
+    workload.run(100)
+    report, seconds = timed_convergence(pipeline)
+    return Result(
+        f"round {number}: cache flushed, re-snapshot repair",
+        workload.changes - before,
+        "redis FLUSHDB",
+        rows_compared(report),
+        f"{differences(broken)} -> {differences(report)}",
+        seconds,
+    )
+
+
+def format_table(results: Sequence[Result]) -> str:
+    header = ("scenario", "changes", "faults", "rows compared", "differences", "converged in")
+    rows = [header] + [
+        (
+            r.scenario,
+            str(r.changes),
+            r.faults,
+            str(r.rows_compared),
+            r.differences,
+            f"{r.seconds:.1f}s",
+        )
+        for r in results
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in rows]
+    return "\n".join([lines[0], "  ".join("-" * w for w in widths), *lines[1:]])
+
+
+def soak(connections: Connections, root: Path, args: argparse.Namespace) -> list[Result]:
+    per_round = args.changes // args.rounds
+    large_rows = min(args.large_transaction, per_round // 2)
+    results: list[Result] = []
+    run = root / f"run-{int(time.time())}"
+    with private_database(connections.require("pg_url"), "adv_soak") as database:
+        connections = replace(connections, pg_url=database, warehouse=str(run / "warehouse"))
+        create_schema(database)
+        workload = Workload(database, args.seed)
+        workload.seed_rows()
+        workload.run(50)
+        pipeline = Pipeline.create(connections, run)
+        pipeline.start()
+        try:
+            for number in range(1, args.rounds + 1):
+                target = workload.changes + per_round
+                results.append(faulty_round(pipeline, workload, number, target, large_rows))
+                log.info("%s", results[-1])
+                results.append(cache_loss_round(pipeline, workload, number))
+                log.info("%s", results[-1])
+            if pipeline.dead_letters():
+                raise AssertionError(f"{pipeline.dead_letters()} dead letters (none expected)")
+        finally:
+            pipeline.stop()
+            workload.close()
+    total = sum(r.changes for r in results)
+    kills = pipeline.job.starts - 1
+    results.append(
+        Result(
+            f"total (seed {args.seed})",
+            total,
+            f"{kills} kill -9, {args.rounds} capture restarts, {args.rounds} flushes",
+            results[-1].rows_compared,
+            "0",
+            sum(r.seconds for r in results),
+        )
+    )
+    return results
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--changes", type=int, default=100_000, help="row changes in all")
+    parser.add_argument("--rounds", type=int, default=3, help="fault rounds")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--large-transaction", type=int, default=20_000, help="rows of each round's large txn"
+    )
+    parser.add_argument("--state-dir", default=".cdc-sync/soak", help="stack and pipeline state")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    for noisy in ("py4j", "urllib3", "opensearch", "elastic_transport"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    args = parse_args(argv)
+    root = Path(args.state_dir).resolve()
+    stack = LocalStack(root / "stack", broker="tansu", with_connect=False)
+    started = not stack.is_up()
+    urls = stack.start()
+    try:
+        results = soak(connections_for(urls), root, args)
+    finally:
+        if started:
+            stack.stop()
+    print(format_table(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
