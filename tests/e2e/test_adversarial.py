@@ -141,17 +141,10 @@ def table_digests(database: str) -> list[tuple[str, int]]:
         return digests
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "DIVERGENCE (reported, not fixed here): two rows of adv.deferred (DEFERRABLE INITIALLY "
-        "DEFERRED primary key) swap keys in one UPDATE. Debezium emits, in heap order, delete(a) "
-        "create(b) delete(b) create(a): key b's last change is a delete, so every sink drops b "
-        "while Postgres holds it. Keyed by primary key, one transaction can carry a delete "
-        "after a create of the same key that Postgres committed as present."
-    ),
-)
 def test_deferred_primary_key_swap_converges(adversarial: tuple[Pipeline, Workload]) -> None:
+    """Two rows of a DEFERRABLE-keyed table swap keys in one UPDATE: Debezium emits delete(a)
+    create(b) delete(b) create(a), so key b's last change is a delete though Postgres holds b
+    (found by this suite); the fold hands such a delete to Postgres (job.fold.fold_key)."""
     pipeline, workload = adversarial
     pipeline.wait_converged(timeout_seconds=120)  # the state before: converged
     assert swap_deferred_keys(workload.context()) is not None
