@@ -36,7 +36,7 @@ lint: install ## ruff + mypy + import contracts (layers only point down)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
-	$(BIN)/lint-imports
+	PYTHONPATH=sync_jobs:connectors:infra $(BIN)/lint-imports
 
 bench: install ## benchmarks (print numbers; not part of the tests)
 	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
