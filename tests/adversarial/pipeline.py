@@ -38,6 +38,7 @@ from cdc_sync.mapping import MappingFile, load_mapping
 from cdc_sync.verify.compare import Report, verify_all
 from tests.adversarial.workload import CONNECTOR, MAPPING, TABLES
 
+MAX_OFFSETS_PER_TRIGGER = 2000
 STARTED_LINE = "sync job started"  # logged by cdc_sync.job.runner once the query runs
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 PYTHONPATH = os.pathsep.join(
@@ -90,6 +91,11 @@ class JobProcess:
             str(checkpoint),
             "--trigger-seconds",
             "0.5",
+            # Smaller than the default 20k: after a kill the backlog of ~60 kB parent documents
+            # in one search bulk outlasted the client's 10 s read timeout on the local search
+            # stand-in (five retries, then the job failed).
+            "--max-offsets-per-trigger",
+            str(MAX_OFFSETS_PER_TRIGGER),
         ]
         self.checkpoint = checkpoint
         self.env = env
