@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from cdc_sync.sinks.search.actions import bulk_operations, concrete_index, to_actions
-from cdc_sync.sinks.search.client import classify_items
+from cdc_sync.sinks.search.client import bulk_chunks, classify_items
 from cdc_sync.sinks.search.target import index_settings, initial_mappings
 from tests.changes import change, products_route
 from tests.envelopes import UNAVAILABLE, product
@@ -85,3 +85,16 @@ def test_route_mapping_wins_and_schema_columns_fill_the_rest() -> None:
     assert mappings["properties"]["id"] == {"type": "integer"}  # from the route
     assert mappings["properties"]["in_stock"] == {"type": "boolean"}  # derived
     assert mappings["properties"]["price"] == {"type": "double"}
+
+
+def test_bulk_requests_are_bounded_by_count_and_by_bytes() -> None:
+    route = products_route()
+    big = "x" * 40_000
+    changes = [change(route, "c", 10 + i, i, product(i, description=big)) for i in range(1, 8)]
+    actions = to_actions(route, changes)
+    assert actions is not None
+    by_bytes = [len(c) for c in bulk_chunks(actions.actions, count=500, size=100_000)]
+    assert by_bytes == [2, 2, 2, 1]  # ~40 kB a document: two fit under 100 kB
+    by_count = [len(c) for c in bulk_chunks(actions.actions, count=3, size=10**9)]
+    assert by_count == [3, 3, 1]
+    assert [len(c) for c in bulk_chunks(actions.actions[:1], count=3, size=10)] == [1]

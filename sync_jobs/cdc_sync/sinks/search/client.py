@@ -8,9 +8,10 @@ backoff); any other status terminal -> RecordFailure named by the item's `error.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar
 
@@ -23,6 +24,9 @@ T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 BULK_CHUNK = 500  # actions per `_bulk` request
+# ...and bytes of documents per request: rows with large columns (TOASTed text, JSON) make a
+# 500-document bulk tens of MB, which a server can take longer to index than a request may last.
+BULK_BYTES = 5_000_000
 
 
 class SearchWriter:
@@ -38,8 +42,7 @@ class SearchWriter:
 
     def write_batch(self, actions: SearchActions) -> WriteResult:
         result = WriteResult()
-        for start in range(0, len(actions.actions), BULK_CHUNK):
-            chunk = actions.actions[start : start + BULK_CHUNK]
+        for chunk in bulk_chunks(actions.actions):
             versioned, absent = self._version_unversioned_deletes(actions.alias, chunk)
             result = result.merge(WriteResult(applied=absent))
             if not versioned:
@@ -98,6 +101,22 @@ class SearchWriter:
 
     def _call(self, action: Callable[[], T], what: str) -> T:
         return retried(action, is_retryable, what, self.policy, self.sleep)
+
+
+def bulk_chunks(
+    actions: Sequence[BulkAction], count: int = BULK_CHUNK, size: int = BULK_BYTES
+) -> Iterator[Sequence[BulkAction]]:
+    """Consecutive runs of at most `count` actions and about `size` bytes of documents (a
+    single larger document goes alone)."""
+    start, used = 0, 0
+    for index, action in enumerate(actions):
+        weight = len(json.dumps(action.document, default=str)) if action.document else 0
+        if index > start and (index - start >= count or used + weight > size):
+            yield actions[start:index]
+            start, used = index, 0
+        used += weight
+    if start < len(actions):
+        yield actions[start:]
 
 
 class ItemsToRetry(Exception):
