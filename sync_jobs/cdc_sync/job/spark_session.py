@@ -21,6 +21,8 @@ def build_spark(app_name: str = "cdc-sync", shuffle_partitions: int = 2) -> Spar
         .master(master)
         .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
         .config("spark.ui.enabled", "false")
+        # Stage progress bars interleave with the job's own per-batch lines on the console.
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.sql.streaming.stopGracefullyOnShutdown", "true")
