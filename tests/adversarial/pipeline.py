@@ -15,8 +15,6 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +35,7 @@ from cdc_sync.debezium.connector import load_connector
 from cdc_sync.mapping import MappingFile, load_mapping
 from cdc_sync.verify.compare import Report, verify_all
 from tests.adversarial.workload import CONNECTOR, MAPPING, TABLES
+from tests.e2e.sinks_state import clean_sinks
 
 MAX_OFFSETS_PER_TRIGGER = 2000
 STARTED_LINE = "sync job started"  # logged by cdc_sync.job.runner once the query runs
@@ -342,17 +341,3 @@ def differences(report: Report) -> int:
     return sum(
         len(s.missing) + len(s.extra) + len(s.different) for t in report.tables for s in t.sinks
     )
-
-
-def clean_sinks(mapping: MappingFile, connections: Connections) -> None:
-    """Indices and cache keys of earlier runs on a shared server must not leak into this one."""
-    client = redis.Redis.from_url(connections.require("redis_url"))
-    client.flushdb()
-    client.close()
-    search_url = connections.require("search_url")
-    for route in mapping.tables.values():
-        if route.search is not None:
-            for name in (route.search.index, f"{route.search.index}_v1"):
-                request = urllib.request.Request(f"{search_url}/{name}", method="DELETE")
-                with contextlib.suppress(urllib.error.HTTPError):  # absent: nothing to clean
-                    urllib.request.urlopen(request, timeout=30).close()

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -13,7 +10,6 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
-import redis
 from pyspark.sql import SparkSession
 
 from cdc_sync.connectors.engine import CaptureEngine
@@ -25,6 +21,7 @@ from cdc_sync.demo.workload import create_demo_schema
 from cdc_sync.job.spark_session import build_spark
 from cdc_sync.mapping import MappingFile
 from tests.e2e.harness import SyncHarness, e2e_mapping
+from tests.e2e.sinks_state import clean_sinks
 from tests.fixtures.services import KafkaEndpoint
 from tests.pg import drop_slot, private_database
 
@@ -54,7 +51,7 @@ def running_pipeline(
 ) -> Iterator[SyncHarness]:
     """Clean sinks, start capture (embedded engine, or the connector registered on a Kafka
     Connect worker when `connect_url` is given), wait for the snapshot, start the job."""
-    _clean_sinks(mapping, connections)
+    clean_sinks(mapping, connections)
     prefix = mapping.topic_prefix
     overrides = {
         "topic.prefix": prefix,
@@ -161,17 +158,3 @@ def pipeline(
             services.spark, mapping, connections, root, {}, connect_url
         ) as harness:
             yield harness
-
-
-def _clean_sinks(mapping: MappingFile, connections: Connections) -> None:
-    """Indices and cache keys of earlier runs on a shared server must not leak into this one."""
-    client = redis.Redis.from_url(connections.require("redis_url"))
-    client.flushdb()
-    client.close()
-    search_url = connections.require("search_url")
-    for route in mapping.tables.values():
-        if route.search is not None:
-            for name in (route.search.index, f"{route.search.index}_v1"):
-                request = urllib.request.Request(f"{search_url}/{name}", method="DELETE")
-                with contextlib.suppress(urllib.error.HTTPError):  # absent: nothing to clean
-                    urllib.request.urlopen(request, timeout=30).close()

@@ -3,7 +3,10 @@ sink's own read-back module."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -39,3 +42,17 @@ def all_sinks_state(mapping: MappingFile, connections: Connections) -> dict[str,
         client.close()
         search.close()
     return state
+
+
+def clean_sinks(mapping: MappingFile, connections: Connections) -> None:
+    """Indices and cache keys of earlier runs on a shared server must not leak into this one."""
+    client = redis.Redis.from_url(connections.require("redis_url"))
+    client.flushdb()
+    client.close()
+    search_url = connections.require("search_url")
+    for route in mapping.tables.values():
+        if route.search is not None:
+            for name in (route.search.index, f"{route.search.index}_v1"):
+                request = urllib.request.Request(f"{search_url}/{name}", method="DELETE")
+                with contextlib.suppress(urllib.error.HTTPError):  # absent: nothing to clean
+                    urllib.request.urlopen(request, timeout=30).close()
