@@ -94,11 +94,43 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_verify(args: argparse.Namespace) -> int:
     from cdc_sync.mapping import load_mapping
     from cdc_sync.verify.compare import verify_all
+    from cdc_sync.verify.repair import repair_options
 
+    if args.repair:
+        return cmd_repair(args)
     mapping = load_mapping(Path(args.mapping))
-    report = verify_all(mapping, _connections(args))
+    options = repair_options(mapping, args.table, args.sink)
+    report = verify_all(mapping, _connections(args), options.tables, options.sinks)
     print(report.table())
     return 0 if report.converged else 1
+
+
+def cmd_repair(args: argparse.Namespace) -> int:
+    from cdc_sync.connectors.ops import load_target
+    from cdc_sync.core.kafka_clients import consumer_config
+    from cdc_sync.mapping import load_mapping
+    from cdc_sync.verify.repair import repair, repair_options
+    from cdc_sync.verify.resnapshot import SnapshotChannel
+
+    mapping = load_mapping(Path(args.mapping))
+    connector = args.connector or mapping.connector
+    if connector is None:
+        raise ConfigError(mapping.path, "source.connector", "is not set: pass --connector FILE")
+    connections = _connections(args)
+    target = load_target(str(connector), args.set, connections)
+    channel = SnapshotChannel(
+        config=target.resolved,
+        conninfo=target.conninfo,
+        kafka=consumer_config(
+            connections.require("kafka_bootstrap"), connections.kafka_flavor, "cdc-sync-repair"
+        ),
+        timeout_seconds=args.snapshot_timeout,
+    )
+    options = repair_options(
+        mapping, args.table, args.sink, rounds=args.rounds, settle_seconds=args.settle_seconds
+    )
+    result = repair(mapping, connections, channel, options)
+    return 0 if result.converged else 1
 
 
 def cmd_mappings_validate(args: argparse.Namespace) -> int:
@@ -148,6 +180,50 @@ def _positive_seconds(text: str) -> float:
     return value
 
 
+def _add_repair_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--mapping", required=True)
+    parser.add_argument(
+        "--table", action="append", default=[], help="schema.table (repeatable; default all)"
+    )
+    parser.add_argument(
+        "--sink",
+        action="append",
+        default=[],
+        help="search, cache, delta (comma-separated or repeated; default all)",
+    )
+    repair = parser.add_argument_group("repair")
+    repair.add_argument(
+        "--connector", help="the connector JSON that captures (default: source.connector)"
+    )
+    repair.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a connector setting, as it runs (repeatable)",
+    )
+    repair.add_argument("--rounds", type=_positive_int, default=3, help="at most (default 3)")
+    repair.add_argument(
+        "--settle-seconds",
+        type=_positive_seconds,
+        default=60.0,
+        help="per round, how long the job may take to apply the snapshot rows (default 60)",
+    )
+    repair.add_argument(
+        "--snapshot-timeout",
+        type=_positive_seconds,
+        default=300.0,
+        help="seconds to wait for Debezium to report each snapshot completed (default 300)",
+    )
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cdc-sync", description=_first_line(__doc__))
     parser.add_argument("-v", "--verbose", action="store_true")
@@ -192,8 +268,18 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(handler=cmd_run)
 
     verify = sub.add_parser("verify", help="compare every sink with the source tables")
-    verify.add_argument("--mapping", required=True)
+    verify.add_argument(
+        "--repair", action="store_true", help="then repair what differs (as `cdc-sync repair`)"
+    )
+    _add_repair_arguments(verify)
     verify.set_defaults(handler=cmd_verify)
+
+    repair = sub.add_parser(
+        "repair",
+        help="rewrite rows missing, different or extra in a sink (fenced; the job must run)",
+    )
+    _add_repair_arguments(repair)
+    repair.set_defaults(handler=cmd_repair)
 
     mappings = sub.add_parser("mappings", help="mapping file tools")
     mappings_sub = mappings.add_subparsers(dest="mappings_command", required=True)

@@ -27,11 +27,11 @@ from confluent_kafka import Consumer, TopicPartition
 from opensearchpy.exceptions import ConnectionError as SearchConnectionError
 
 from cdc_sync.connectors.engine import CaptureEngine
-from cdc_sync.connectors.signals import request_snapshot
 from cdc_sync.core import settings
 from cdc_sync.core.kafka_clients import consumer_config
 from cdc_sync.core.settings import Connections
 from cdc_sync.debezium.connector import load_connector
+from cdc_sync.debezium.signals import request_snapshot
 from cdc_sync.mapping import MappingFile, load_mapping
 from cdc_sync.verify.compare import Report, verify_all
 from tests.adversarial.workload import CONNECTOR, MAPPING, TABLES
