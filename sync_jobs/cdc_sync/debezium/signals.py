@@ -19,6 +19,7 @@ from typing import Any
 
 import psycopg
 from psycopg import sql
+from psycopg.abc import AdaptContext
 
 from cdc_sync.core.errors import ConfigError
 
@@ -92,23 +93,23 @@ def filter_budget(table: str) -> int:
 
 
 def key_filters(
-    conn: psycopg.Connection[Any],
+    context: AdaptContext | None,
     key_columns: Sequence[str],
     keys: Sequence[Sequence[Any]],
     budget: int,
 ) -> list[str] | None:
     """SQL filters that together match exactly the rows with primary key in `keys` (values in
     `key_columns` order): `("id") IN (1, 2)`, `("a", "b") IN (('x', 1), ('y', 2))`, with
-    literals quoted by psycopg for this connection. Each filter's JSON text fits `budget`
-    characters; None when one key alone does not."""
-    columns = ", ".join(sql.Identifier(c).as_string(conn) for c in key_columns)
+    literals quoted by psycopg for `context` (the connection whose database runs the filter).
+    Each filter's JSON text fits `budget` characters; None when one key alone does not."""
+    columns = ", ".join(sql.Identifier(c).as_string(context) for c in key_columns)
     head, tail = f"({columns}) IN (", ")"
     frame = _json_chars(head + tail)  # JSON escaping is per character: lengths add up
     filters: list[str] = []
     items: list[str] = []
     used = frame
     for key in keys:
-        literals = [sql.Literal(v).as_string(conn).strip() for v in key]
+        literals = [sql.Literal(v).as_string(context).strip() for v in key]
         item = literals[0] if len(literals) == 1 else f"({', '.join(literals)})"
         cost = _json_chars(item) + (2 if items else 0)  # ", " before all but the first
         if used + cost <= budget:

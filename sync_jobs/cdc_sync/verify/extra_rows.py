@@ -140,7 +140,12 @@ def delete_extra_rows(
     sink = sinks.sink(name)
     sink.ensure_target(route, None)
     result = sink.apply(route, changes)
-    outcome.deleted = result.applied
-    outcome.fenced = result.fenced
     outcome.failures = [f"{f.change.doc_id}: {f.error_class}" for f in result.failures]
+    # Counted from what the sink holds afterwards: a writer may count a fenced delete of a row
+    # it cannot tell from an absent one as applied (Delta's MERGE reports rows, not outcomes).
+    failed = {f.change.doc_id for f in result.failures}
+    attempted = [c.doc_id for c in changes if c.doc_id not in failed]
+    kept = sinks.stored(name, route, key_columns, attempted)
+    outcome.fenced = len(kept)
+    outcome.deleted = len(attempted) - len(kept)
     return outcome

@@ -18,6 +18,7 @@ from functools import partial
 from typing import Any
 
 import psycopg
+from psycopg.abc import AdaptContext
 
 from cdc_sync.core.errors import ConfigError
 from cdc_sync.core.model import TableId
@@ -75,7 +76,7 @@ class SnapshotChannel:
 
 
 def table_signals(
-    conn: psycopg.Connection[Any],
+    conn: AdaptContext | None,
     table: TableId,
     key_columns: Sequence[str],
     keys: Sequence[Sequence[Any]],
