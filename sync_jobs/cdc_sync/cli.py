@@ -59,6 +59,7 @@ def job_options(args: argparse.Namespace, defaults: JobOptions) -> JobOptions:
             if args.sink_retry_horizon is None
             else args.sink_retry_horizon
         ),
+        maintain_every_batches=args.maintain_every or defaults.maintain_every_batches,
     )
 
 
@@ -131,6 +132,37 @@ def cmd_repair(args: argparse.Namespace) -> int:
     )
     result = repair(mapping, connections, channel, options)
     return 0 if result.converged else 1
+
+
+def cmd_maintain(args: argparse.Namespace) -> int:
+    from cdc_sync.mapping import load_mapping
+    from cdc_sync.sinks.delta.maintenance import (
+        SAFE_RETENTION_HOURS,
+        UpkeepOptions,
+        format_upkeep,
+        maintain_route,
+    )
+
+    mapping = load_mapping(Path(args.mapping))
+    tables = mapping.chosen(args.table)
+    connections = _connections(args)
+    warehouse = Path(connections.require("warehouse"))
+    options = UpkeepOptions(
+        mapping.tombstone_retention_seconds,
+        retention_hours=(
+            SAFE_RETENTION_HOURS if args.retention_hours is None else args.retention_hours
+        ),
+        force=args.force,
+        dry_run=args.dry_run,
+    )
+    results = [
+        upkeep
+        for route in mapping.tables.values()
+        if route.delta is not None and (tables is None or route.table in tables)
+        for upkeep in maintain_route(warehouse, route.delta, options)
+    ]
+    print(format_upkeep(results, args.dry_run) if results else "no Delta tables to maintain")
+    return 0
 
 
 def cmd_mappings_validate(args: argparse.Namespace) -> int:
@@ -263,6 +295,13 @@ def build_parser() -> argparse.ArgumentParser:
         "(default: JobOptions.sink_retry_horizon_seconds, 600)",
     )
     run.add_argument(
+        "--maintain-every",
+        type=_positive_int,
+        metavar="N",
+        help="Delta upkeep (as `cdc-sync maintain`, default retention) after every N-th batch, "
+        "between batches (default: off)",
+    )
+    run.add_argument(
         "--available-now", action="store_true", help="process what is in the topics, then stop"
     )
     run.set_defaults(handler=cmd_run)
@@ -280,6 +319,27 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_repair_arguments(repair)
     repair.set_defaults(handler=cmd_repair)
+
+    maintain = sub.add_parser(
+        "maintain",
+        help="Delta upkeep: compact small files, vacuum, prune delete tombstones",
+    )
+    maintain.add_argument("--mapping", required=True)
+    maintain.add_argument(
+        "--table", action="append", default=[], help="schema.table (repeatable; default all)"
+    )
+    maintain.add_argument(
+        "--retention-hours",
+        type=int,
+        default=None,
+        help="vacuum keeps files removed more recently (default 168, Delta's safety default; "
+        "lower needs --force)",
+    )
+    maintain.add_argument("--force", action="store_true", help="allow --retention-hours below 168")
+    maintain.add_argument(
+        "--dry-run", action="store_true", help="report what would be done; change nothing"
+    )
+    maintain.set_defaults(handler=cmd_maintain)
 
     mappings = sub.add_parser("mappings", help="mapping file tools")
     mappings_sub = mappings.add_subparsers(dest="mappings_command", required=True)

@@ -7,15 +7,23 @@ flushed while running, repaired by an incremental snapshot. The long version is 
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import psycopg
+import pyarrow as pa
 import pytest
+from deltalake import DeltaTable, write_deltalake
 
+from cdc_sync.core.model import TableId
 from cdc_sync.core.settings import Connections
-from tests.adversarial.pipeline import Pipeline
+from cdc_sync.sinks.search import readback as search_readback
+from cdc_sync.sinks.search.backends import open_backend
+from tests.adversarial.pipeline import PROJECT_ROOT, Pipeline
 from tests.adversarial.workload import TABLES, Workload, create_schema, swap_deferred_keys
 from tests.e2e.conftest import with_path
 from tests.fixtures.services import KafkaEndpoint
@@ -149,3 +157,86 @@ def test_deferred_primary_key_swap_converges(adversarial: tuple[Pipeline, Worklo
     pipeline.wait_converged(timeout_seconds=120)  # the state before: converged
     assert swap_deferred_keys(workload.context()) is not None
     pipeline.wait_converged(timeout_seconds=30)
+
+
+def test_repair_restores_damaged_sinks_while_the_workload_runs(
+    adversarial: tuple[Pipeline, Workload],
+) -> None:
+    """`cdc-sync repair` (a subprocess, as ops run it) on damage of every kind at once: Redis
+    flushed, a search index's documents deleted, Delta rows corrupted, extra rows in search and
+    Delta; the workload keeps writing meanwhile, and the sinks end equal to Postgres."""
+    pipeline, workload = adversarial
+    pipeline.wait_converged(timeout_seconds=120)
+    damage(pipeline)
+    broken = {(str(t.table), s.sink): s for t in pipeline.verify().tables for s in t.sinks}
+    assert broken["adv.parent", "search"].missing and broken["adv.child", "cache"].missing
+    assert len(broken["adv.deferred", "delta"].different) == 3
+    assert broken["adv.deferred", "delta"].extra == [str(EXTRA_ID)]
+    assert broken["adv.child", "search"].extra == [EXTRA_DOC]
+    finished: list[float] = []
+
+    def write() -> None:
+        paced(workload, 80)
+        finished.append(time.monotonic())
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    started = time.monotonic()
+    argv = [sys.executable, "-m", "cdc_sync.cli", "repair", "--mapping", str(pipeline.mapping_path)]
+    # The capture runs the connector file with this override (Pipeline.capture_settings).
+    argv += ["--set", f"notification.sink.topic.name={pipeline.topic_prefix}.notifications"]
+    repair = subprocess.run(
+        [*argv, "--rounds", "4"],
+        cwd=PROJECT_ROOT,
+        env=pipeline.job.env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    writer.join()
+    assert finished[0] - started > 2.0, "the workload did not run while repair did"
+    assert repair.returncode == 0, repair.stdout + repair.stderr
+    for line in (
+        "adv.parent search:",
+        "adv.child cache:",
+        "adv.deferred delta: 0 missing, 3 different",
+        "adv.deferred delta: 1 extra: 1 deleted at their stored version",
+        "adv.child search: 1 extra: 1 deleted at their stored version",
+    ):
+        assert line in repair.stdout, repair.stdout
+    pipeline.wait_converged(timeout_seconds=120)
+
+
+EXTRA_ID = 10**9
+EXTRA_DOC = "zz\\|extra|1"
+
+
+def damage(pipeline: Pipeline) -> None:
+    mapping, connections = pipeline.mapping, pipeline.connections
+    pipeline.flush_cache()
+    search = open_backend(connections.search_client, connections.require("search_url"))
+    try:
+        parent = mapping.tables[TableId("adv", "parent")].search
+        child = mapping.tables[TableId("adv", "child")].search
+        assert parent is not None and child is not None
+        ids = list(search_readback.documents(search, parent.index))
+        search.bulk([{"delete": {"_index": parent.index, "_id": i}} for i in ids])
+        extra = {"k": "zz|extra", "n": 1, "parent_id": 1, "qty": 1, "note": "not in postgres"}
+        versioned = {"version": 5, "version_type": "external"}
+        search.bulk([{"index": {"_index": child.index, "_id": EXTRA_DOC, **versioned}}, extra])
+    finally:
+        search.close()
+    deferred = mapping.tables[TableId("adv", "deferred")].delta
+    assert deferred is not None
+    path = str(Path(connections.require("warehouse")) / deferred.relative_path())
+    table = DeltaTable(path)
+    held = table.to_pyarrow_table()
+    ids = sorted(held["id"].to_pylist())[:3]
+    table.update(
+        predicate=f'"id" IN ({", ".join(map(str, ids))})', updates={'"val"': "'corrupted'"}
+    )
+    row = held.slice(0, 1)
+    row = row.set_column(
+        row.schema.get_field_index("id"), "id", pa.array([EXTRA_ID], row.schema.field("id").type)
+    )
+    write_deltalake(path, row.cast(pa.schema(DeltaTable(path).schema().to_arrow())), mode="append")

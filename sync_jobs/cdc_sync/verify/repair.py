@@ -70,29 +70,13 @@ def repair_options(
     mapping: MappingFile, tables: Sequence[str], sinks: Sequence[str], **settings: Any
 ) -> RepairOptions:
     """`--table schema.table ...` and `--sink a,b` checked against the mapping."""
-    chosen: set[TableId] | None = None
-    if tables:
-        chosen = set()
-        for name in tables:
-            try:
-                table = TableId.parse(name)
-            except ValueError as exc:
-                raise ConfigError("cdc-sync repair", "--table", str(exc)) from exc
-            if table not in mapping.tables:
-                routed = ", ".join(sorted(str(t) for t in mapping.tables))
-                raise ConfigError(
-                    "cdc-sync repair",
-                    "--table",
-                    f"{name} is not routed by {mapping.path}: {routed}",
-                )
-            chosen.add(table)
     names = [n.strip() for part in sinks for n in part.split(",") if n.strip()]
     unknown = sorted(set(names) - set(SINK_NAMES))
     if unknown:
         raise ConfigError(
-            "cdc-sync repair", "--sink", f"unknown {unknown}; known: {', '.join(SINK_NAMES)}"
+            "command line", "--sink", f"unknown {unknown}; known: {', '.join(SINK_NAMES)}"
         )
-    return RepairOptions(tables=chosen, sinks=set(names) or None, **settings)
+    return RepairOptions(tables=mapping.chosen(tables), sinks=set(names) or None, **settings)
 
 
 def repair(
