@@ -11,20 +11,23 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from cdc_sync.core.model import Change, Coordinates, Op
-from cdc_sync.core.retry import DEFAULT_POLICY, RetryPolicy
+from cdc_sync.core.retry import DEFAULT_POLICY, RetryPolicy, retried
 from cdc_sync.core.settings import Connections
 from cdc_sync.mapping import MappingFile, TableRoute
 from cdc_sync.sinks.base import Sink
 from cdc_sync.sinks.delta import DeltaSink
+from cdc_sync.sinks.delta import is_transient as delta_transient
 from cdc_sync.sinks.delta import readback as delta_readback
 from cdc_sync.sinks.delta.actions import VERSION
 from cdc_sync.sinks.redis import RedisSink
 from cdc_sync.sinks.redis import readback as cache_readback
+from cdc_sync.sinks.redis.client import is_transient as cache_transient
 from cdc_sync.sinks.search import SearchSink
 from cdc_sync.sinks.search import readback as search_readback
+from cdc_sync.sinks.search.backends import is_transient as search_transient
 
 # What the sinks' logs name as the deletes' coordinates: they come from no Kafka record.
 REPAIR_COORDINATES = Coordinates("cdc-sync-repair", 0, 0)
@@ -33,6 +36,17 @@ REPAIR_COORDINATES = Coordinates("cdc-sync-repair", 0, 0)
 ID_COLUMN = "_id"
 
 Key = tuple[tuple[str, Any], ...]
+T = TypeVar("T")
+
+
+def is_transient(exc: BaseException) -> bool:
+    """A read that may pass when tried again: a sink busy (a snapshot's bulk writes keep the
+    local search server from answering for a while), restarting or briefly unreachable."""
+    return search_transient(exc) or cache_transient(exc) or delta_transient(exc)
+
+
+def read_retried(action: Callable[[], T], what: str, policy: RetryPolicy = DEFAULT_POLICY) -> T:
+    return retried(action, is_transient, what, policy)
 
 
 @dataclass
@@ -127,7 +141,8 @@ def delete_extra_rows(
 ) -> ExtraRows:
     """Delete `ids` from sink `name` at their stored versions, unless Postgres has them again
     (`source_ids` reads its ids now, after the versions were read)."""
-    stored = sinks.stored(name, route, key_columns, ids)
+    what = f"repair {name} {route.table}"
+    stored = read_retried(lambda: sinks.stored(name, route, key_columns, ids), what, sinks.retry)
     present = set(source_ids())
     outcome = ExtraRows(gone=len(ids) - len(stored), back=len(present & stored.keys()))
     changes = [
@@ -145,7 +160,9 @@ def delete_extra_rows(
     # it cannot tell from an absent one as applied (Delta's MERGE reports rows, not outcomes).
     failed = {f.change.doc_id for f in result.failures}
     attempted = [c.doc_id for c in changes if c.doc_id not in failed]
-    kept = sinks.stored(name, route, key_columns, attempted)
+    kept = read_retried(
+        lambda: sinks.stored(name, route, key_columns, attempted), what, sinks.retry
+    )
     outcome.fenced = len(kept)
     outcome.deleted = len(attempted) - len(kept)
     return outcome

@@ -34,7 +34,7 @@ from cdc_sync.verify.compare import (
     source_keys,
     verify_all,
 )
-from cdc_sync.verify.extra_rows import RepairSinks, delete_extra_rows
+from cdc_sync.verify.extra_rows import RepairSinks, delete_extra_rows, read_retried
 from cdc_sync.verify.resnapshot import (
     SnapshotChannel,
     SnapshotSignal,
@@ -185,7 +185,9 @@ def _settle(mapping: MappingFile, connections: Connections, options: RepairOptio
 
 
 def _verify(mapping: MappingFile, connections: Connections, options: RepairOptions) -> Report:
-    return verify_all(mapping, connections, options.tables, options.sinks)
+    return read_retried(
+        lambda: verify_all(mapping, connections, options.tables, options.sinks), "repair verify"
+    )
 
 
 def _damage(report: Report) -> str:
