@@ -38,6 +38,7 @@ from tests.adversarial.workload import CONNECTOR, MAPPING, TABLES
 from tests.e2e.sinks_state import clean_sinks
 
 MAX_OFFSETS_PER_TRIGGER = 2000
+MAINTAIN_EVERY_BATCHES = 10
 STARTED_LINE = "sync job started"  # logged by cdc_sync.job.runner once the query runs
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 PYTHONPATH = os.pathsep.join(
@@ -95,6 +96,10 @@ class JobProcess:
             # stand-in (five retries, then the job failed).
             "--max-offsets-per-trigger",
             str(MAX_OFFSETS_PER_TRIGGER),
+            # Delta upkeep between batches, as production runs it: the faults and the
+            # convergence checks then cover compacted and vacuumed tables too.
+            "--maintain-every",
+            str(MAINTAIN_EVERY_BATCHES),
         ]
         self.checkpoint = checkpoint
         self.env = env
