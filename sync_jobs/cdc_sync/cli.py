@@ -114,6 +114,9 @@ def cmd_repair(args: argparse.Namespace) -> int:
     from cdc_sync.verify.resnapshot import SnapshotChannel
 
     mapping = load_mapping(Path(args.mapping))
+    options = repair_options(
+        mapping, args.table, args.sink, rounds=args.rounds, settle_seconds=args.settle_seconds
+    )
     connector = args.connector or mapping.connector
     if connector is None:
         raise ConfigError(mapping.path, "source.connector", "is not set: pass --connector FILE")
@@ -126,9 +129,6 @@ def cmd_repair(args: argparse.Namespace) -> int:
             connections.require("kafka_bootstrap"), connections.kafka_flavor, "cdc-sync-repair"
         ),
         timeout_seconds=args.snapshot_timeout,
-    )
-    options = repair_options(
-        mapping, args.table, args.sink, rounds=args.rounds, settle_seconds=args.settle_seconds
     )
     result = repair(mapping, connections, channel, options)
     return 0 if result.converged else 1
@@ -145,8 +145,6 @@ def cmd_maintain(args: argparse.Namespace) -> int:
 
     mapping = load_mapping(Path(args.mapping))
     tables = mapping.chosen(args.table)
-    connections = _connections(args)
-    warehouse = Path(connections.require("warehouse"))
     options = UpkeepOptions(
         mapping.tombstone_retention_seconds,
         retention_hours=(
@@ -155,6 +153,7 @@ def cmd_maintain(args: argparse.Namespace) -> int:
         force=args.force,
         dry_run=args.dry_run,
     )
+    warehouse = Path(_connections(args).require("warehouse"))
     results = [
         upkeep
         for route in mapping.tables.values()

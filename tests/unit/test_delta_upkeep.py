@@ -76,3 +76,19 @@ def test_upkeep_report_has_a_line_per_table() -> None:
     assert lines[1].split() == ["s.a", "40", "1", "40", "0", "-"]
     assert lines[2].split() == ["s.a", "(tombstones)", "12", "1", "12", "0", "3"]
     assert lines[3] == "s.a: set delta.enableChangeDataFeed"
+
+
+def test_bad_command_line_options_exit_2_naming_the_option(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from cdc_sync.cli import main
+
+    mapping = "tests/adversarial/mapping.yaml"
+    assert main(["maintain", "--mapping", mapping, "--retention-hours", "1"]) == 2
+    assert "--retention-hours: 1 is below Delta's safety default" in capsys.readouterr().err
+    assert main(["maintain", "--mapping", mapping, "--table", "adv.nope"]) == 2
+    assert "--table: adv.nope is not routed" in capsys.readouterr().err
+    assert main(["verify", "--mapping", mapping, "--sink", "search,redis"]) == 2
+    assert "--sink: unknown ['redis']" in capsys.readouterr().err
+    assert main(["repair", "--mapping", mapping, "--table", "nodot"]) == 2
+    assert "--table: expected <schema>.<table>" in capsys.readouterr().err
