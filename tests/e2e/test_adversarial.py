@@ -167,7 +167,7 @@ def test_repair_restores_damaged_sinks_while_the_workload_runs(
     flushed, a search index's documents deleted, Delta rows corrupted, extra rows in search and
     Delta; the workload keeps writing meanwhile, and the sinks end equal to Postgres."""
     pipeline, workload = adversarial
-    pipeline.wait_converged(timeout_seconds=120)
+    pipeline.wait_converged(timeout_seconds=300)
     damage(pipeline)
     broken = {(str(t.table), s.sink): s for t in pipeline.verify().tables for s in t.sinks}
     assert broken["adv.parent", "search"].missing and broken["adv.child", "cache"].missing
@@ -177,7 +177,7 @@ def test_repair_restores_damaged_sinks_while_the_workload_runs(
     finished: list[float] = []
 
     def write() -> None:
-        paced(workload, 80)
+        paced(workload, 50)
         finished.append(time.monotonic())
 
     writer = threading.Thread(target=write)
