@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import psycopg
@@ -174,15 +175,16 @@ def test_repair_restores_damaged_sinks_while_the_workload_runs(
     assert len(broken["adv.deferred", "delta"].different) == 3
     assert broken["adv.deferred", "delta"].extra == [str(EXTRA_ID)]
     assert broken["adv.child", "search"].extra == [EXTRA_DOC]
-    finished: list[float] = []
+    finished: list[datetime] = []
 
-    def write() -> None:
-        paced(workload, 50)
-        finished.append(time.monotonic())
+    def write() -> None:  # for a fixed time: repair's first round must fall inside it
+        end = time.monotonic() + WORKLOAD_SECONDS
+        while time.monotonic() < end:
+            paced(workload, 10)
+        finished.append(datetime.now(tz=UTC))
 
     writer = threading.Thread(target=write)
     writer.start()
-    started = time.monotonic()
     argv = [sys.executable, "-m", "cdc_sync.cli", "repair", "--mapping", str(pipeline.mapping_path)]
     # The capture runs the connector file with this override (Pipeline.capture_settings).
     argv += ["--set", f"notification.sink.topic.name={pipeline.topic_prefix}.notifications"]
@@ -195,8 +197,11 @@ def test_repair_restores_damaged_sinks_while_the_workload_runs(
         timeout=600,
     )
     writer.join()
-    assert finished[0] - started > 2.0, "the workload did not run while repair did"
     assert repair.returncode == 0, repair.stdout + repair.stderr
+    # The snapshot repair asked for started while the workload was still writing.
+    snapshot = re.search(r"snapshot (\S+) started", repair.stdout)
+    assert snapshot is not None, repair.stdout
+    assert datetime.fromisoformat(snapshot.group(1)) < finished[0], repair.stdout
     # Per table and sink what was wrong and what repair did (counts include rows the workload
     # changed meanwhile, so only lower bounds are certain).
     for pattern in (
@@ -216,6 +221,7 @@ def test_repair_restores_damaged_sinks_while_the_workload_runs(
     pipeline.wait_converged(timeout_seconds=120)
 
 
+WORKLOAD_SECONDS = 20
 EXTRA_ID = 10**9
 EXTRA_DOC = "zz\\|extra|1"
 
