@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 import urllib.request
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Literal, Protocol
 
 import elastic_transport
@@ -51,6 +51,24 @@ class SearchBackend(Protocol):
         from/size paging stops at `index.max_result_window` (10,000 by default)."""
 
     def close(self) -> None: ...
+
+
+def scroll_pages(
+    first: Callable[[], Mapping[str, Any]],
+    following: Callable[[str], Mapping[str, Any]],
+    clear: Callable[[str], object],
+) -> Iterator[list[dict[str, Any]]]:
+    """The hits of a scrolled search, page by page; the scroll is cleared however it ends."""
+    answer = first()
+    scroll_id = answer.get("_scroll_id")
+    try:
+        while hits := list(answer["hits"]["hits"]):
+            yield hits
+            answer = following(str(scroll_id))
+            scroll_id = answer.get("_scroll_id", scroll_id)
+    finally:
+        if scroll_id:
+            clear(str(scroll_id))
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -161,16 +179,13 @@ class OpenSearchBackend:
 
     def scan(self, alias: str, size: int) -> Iterator[list[dict[str, Any]]]:
         body = {"query": {"match_all": {}}, "size": size, "sort": ["_doc"]}
-        answer = self.client.search(index=alias, body=body, version=True, scroll=SCROLL_KEEP_ALIVE)
-        scroll_id = answer.get("_scroll_id")
-        try:
-            while hits := list(answer["hits"]["hits"]):
-                yield hits
-                answer = self.client.scroll(scroll_id=scroll_id, scroll=SCROLL_KEEP_ALIVE)
-                scroll_id = answer.get("_scroll_id", scroll_id)
-        finally:
-            if scroll_id:
-                self.client.clear_scroll(scroll_id=scroll_id)
+        return scroll_pages(
+            lambda: self.client.search(
+                index=alias, body=body, version=True, scroll=SCROLL_KEEP_ALIVE
+            ),
+            lambda scroll_id: self.client.scroll(scroll_id=scroll_id, scroll=SCROLL_KEEP_ALIVE),
+            lambda scroll_id: self.client.clear_scroll(scroll_id=scroll_id),
+        )
 
     def close(self) -> None:
         self.client.close()
@@ -251,23 +266,22 @@ class ElasticsearchBackend:
         self.client.indices.refresh(index=alias)
 
     def scan(self, alias: str, size: int) -> Iterator[list[dict[str, Any]]]:
-        answer = self.client.search(
-            index=alias,
-            query={"match_all": {}},
-            size=size,
-            sort=["_doc"],
-            version=True,
-            scroll=SCROLL_KEEP_ALIVE,
-        ).body
-        scroll_id = answer.get("_scroll_id")
-        try:
-            while hits := list(answer["hits"]["hits"]):
-                yield hits
-                answer = self.client.scroll(scroll_id=scroll_id, scroll=SCROLL_KEEP_ALIVE).body
-                scroll_id = answer.get("_scroll_id", scroll_id)
-        finally:
-            if scroll_id:
-                self.client.clear_scroll(scroll_id=scroll_id)
+        return scroll_pages(
+            lambda: (
+                self.client.search(
+                    index=alias,
+                    query={"match_all": {}},
+                    size=size,
+                    sort=["_doc"],
+                    version=True,
+                    scroll=SCROLL_KEEP_ALIVE,
+                ).body
+            ),
+            lambda scroll_id: (
+                self.client.scroll(scroll_id=scroll_id, scroll=SCROLL_KEEP_ALIVE).body
+            ),
+            lambda scroll_id: self.client.clear_scroll(scroll_id=scroll_id),
+        )
 
     def close(self) -> None:
         self.client.close()
