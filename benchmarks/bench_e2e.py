@@ -47,7 +47,7 @@ from cdc_sync.localstack.stack import LocalStack  # noqa: E402
 from cdc_sync.mapping import load_mapping  # noqa: E402
 
 log = logging.getLogger("bench_e2e")
-PROBE_ROWS = 16
+PROBE_ROWS = 32
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -125,6 +125,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         rates = raw.measure(urls.pg_url, mapping, urls.search_url, "opensearch", urls.redis_url,
                             run_dir / "raw-delta")  # fmt: skip
         result["raw"] = {
+            "search_updates_per_second": round(rates.search_updates, 1),
             "rows": rates.rows,
             "rows_per_second": {k: round(v, 1) for k, v in rates.per_sink.items()},
         }
@@ -140,7 +141,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         )
         log.info("initial sync %s", result["initial_sync"])
         services = {s.name: s.pid for s in stack.started()}
-        workload = MixedWorkload(urls.pg_url, args.customers, args.orders, PROBE_ROWS)
+        workload = MixedWorkload(urls.pg_url, args.customers, args.orders, PROBE_ROWS + 1)
         sampler = Sampler(mapping, connections, PROBE_ROWS)
         result["streaming"] = []
         for rate in args.rates:

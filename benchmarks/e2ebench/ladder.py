@@ -52,9 +52,9 @@ def run_step(
     stop.set()
     probing.join()
     # Drain: one more probe, committed now, must show within the slack.
-    final = sampler.commit_probe()
+    final = sampler.drain_probe()
     drained_in = None
-    if final is not None and sampler.wait_visible(final, plan.drain_timeout):
+    if sampler.wait_visible(final, plan.drain_timeout):
         drained_in = max(final.seen.values())
     # Older probes still in flight get their chance while the backlog drains.
     for probe in list(sampler.probes):

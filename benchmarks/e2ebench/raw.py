@@ -8,6 +8,7 @@ deltalake MERGE of all rows into a new table. Each writes to scratch targets it 
 from __future__ import annotations
 
 import json
+import random
 import shutil
 import time
 from dataclasses import dataclass
@@ -29,10 +30,15 @@ CHUNK = 500
 RAW_TABLES = ("shop.customers", "shop.orders")  # the N parents and 10 N children
 
 
+UPDATE_CHUNK = 10
+UPDATE_SECONDS = 10.0
+
+
 @dataclass(frozen=True)
 class RawRates:
     rows: int
-    per_sink: dict[str, float]  # rows/s
+    per_sink: dict[str, float]  # rows/s, new rows
+    search_updates: float  # documents/s re-indexing existing documents of the loaded index
 
     @property
     def slowest(self) -> tuple[str, float]:
@@ -87,9 +93,39 @@ def search_rate(
                     raise RuntimeError(f"raw search bulk into {index} reported item errors")
         return sum(len(r) for r in rows.values()) / (time.monotonic() - started)
     finally:
-        for index in names:
-            backend.client.indices.delete(index=index, ignore_unavailable=True)  # type: ignore[attr-defined]
         backend.close()
+
+
+def search_update_rate(url: str, client_kind: str, rows: dict[str, list[dict[str, Any]]]) -> float:
+    """Re-index existing documents of the largest scratch index, 10 per bulk, for ~10 s: what
+    a stream of updates costs the server (inserts alone can hide it; see README Performance)."""
+    backend = open_backend(client_kind, url, timeout_seconds=300)
+    table, table_rows = max(rows.items(), key=lambda item: len(item[1]))
+    index = f"bench_raw_{table.split('.')[1]}"
+    rng = random.Random(1)
+    version = len(table_rows) + 1
+    updated = 0
+    try:
+        started = time.monotonic()
+        while updated == 0 or time.monotonic() - started < UPDATE_SECONDS:
+            lines: list[dict[str, Any]] = []
+            for row in rng.sample(table_rows, UPDATE_CHUNK):
+                version += 1
+                header = {"_index": index, "_id": str(row["id"]), "version": version}
+                lines += [{"index": header | {"version_type": "external_gte"}}, row]
+            backend.bulk(lines)
+            updated += UPDATE_CHUNK
+        return updated / (time.monotonic() - started)
+    finally:
+        backend.close()
+
+
+def drop_scratch_indices(url: str, client_kind: str, rows: dict[str, list[dict[str, Any]]]) -> None:
+    backend = open_backend(client_kind, url, timeout_seconds=300)
+    client = backend.client  # type: ignore[attr-defined]
+    for table in rows:
+        client.indices.delete(index=f"bench_raw_{table.split('.')[1]}", ignore_unavailable=True)
+    backend.close()
 
 
 def redis_rate(url: str, rows: dict[str, list[dict[str, Any]]]) -> float:
@@ -142,11 +178,17 @@ def measure(
     scratch: Path,
 ) -> RawRates:
     rows = read_rows(pg_url, mapping)
+    try:
+        search = search_rate(search_url, client_kind, mapping, rows)
+        updates = search_update_rate(search_url, client_kind, rows)
+    finally:
+        drop_scratch_indices(search_url, client_kind, rows)
     return RawRates(
         sum(len(r) for r in rows.values()),
         {
-            "search": search_rate(search_url, client_kind, mapping, rows),
+            "search": search,
             "redis": redis_rate(redis_url, rows),
             "delta": delta_rate(scratch, rows),
         },
+        updates,
     )

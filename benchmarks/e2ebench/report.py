@@ -69,6 +69,11 @@ def render(result: dict[str, Any]) -> str:
     raw = result["raw"]["rows_per_second"]
     lines = [f"cdc-sync end-to-end benchmark {result['started']} ({result['machine']})", ""]
     lines += [f"rows: {result['rows']}", ""]
+    lines += [
+        "raw search re-index of existing documents (10 per bulk): "
+        f"{result['raw']['search_updates_per_second']:.1f} docs/s",
+        "",
+    ]
     initial = result.get("initial_sync", {})
     lines += _table(
         ["sink", "raw rows/s", "initial sync s", "initial rows/s", "x raw"],

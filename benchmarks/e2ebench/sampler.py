@@ -2,7 +2,8 @@
 with several probes in flight so a lagging job still yields samples).
 
 Every `interval` seconds a probe writes a unique marker into `full_name` of one of the first
-`rows` customers (a row whose previous probe was seen everywhere) and commits; one loop polls
+`rows` customers (a row whose previous probe was seen everywhere) and commits (row `rows` + 1
+is the drain probe's); one loop polls
 every pending probe in each sink: search by `_mget`, Redis by a pipelined HGET, Delta by one
 filtered read of the table (less often: each read replays the table's log).
 """
@@ -81,9 +82,14 @@ class Sampler:
             row_id = self._next_row % self.rows + 1
             self._next_row += 1
             if row_id not in self._busy:
-                break
-        else:
-            return None
+                return self._probe(row_id)
+        return None
+
+    def drain_probe(self) -> Probe:
+        """A probe on the row after the periodic ones: always free, it is awaited at once."""
+        return self._probe(self.rows + 1)
+
+    def _probe(self, row_id: int) -> Probe:
         marker = f"probe-{uuid.uuid4().hex[:12]}"
         self.pg.execute(
             f"UPDATE {TABLE} SET {COLUMN} = %s WHERE id = %s".encode(), (marker, row_id)
