@@ -20,6 +20,7 @@ import json
 import logging
 import os
 import platform
+import shutil
 import sys
 import time
 from datetime import UTC, datetime
@@ -80,6 +81,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="extra `cdc-sync run` argument (repeatable): --job-arg=--max-offsets-per-trigger=2000",
     )
     parser.add_argument("--state-dir", default=".cdc-sync/bench")
+    parser.add_argument(
+        "--keep-state", action="store_true", help="keep the run's stack data, tables, checkpoint"
+    )
     parser.add_argument("--output", help="JSON path (default benchmarks/results/e2e-<date>.json)")
     args = parser.parse_args(argv)
     quick = args.quick
@@ -174,6 +178,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if capture is not None:
             capture.stop()
         stack.stop()
+        if not args.keep_state:  # the job log stays: the JSON points at it
+            for name in ("stack", "warehouse", "checkpoint", "state", "capture"):
+                shutil.rmtree(run_dir / name, ignore_errors=True)
     result["job_log"] = str(job.log) if job else None
     result["targets"] = targets(result)
     return result
