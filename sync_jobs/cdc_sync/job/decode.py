@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
+from collections import defaultdict
 from collections.abc import Iterator
 
 import pyarrow as pa
@@ -30,7 +31,7 @@ KIND_TOMBSTONE_DELETE = "tombstone_delete"  # a tombstone applied as a delete: f
 CHANGE_KINDS = (KIND_CHANGE, KIND_TOMBSTONE_DELETE)
 KIND_MALFORMED = "malformed"
 KIND_STATS = "stats"  # records of one kind read from one topic-partition, and the last offset
-KIND_TABLE = "table"  # per table, the newest folded change's schema (the driver's schema policy)
+KIND_TABLE = "table"  # per table: its folded changes, the newest one's schema (schema policy)
 
 DECODED_SCHEMA = pa.schema(
     [
@@ -231,11 +232,13 @@ def decode_and_fold(
     sent: set[str] = set()
     # Per table (every table with a change, deletes only too): the newest (version, schema_fp).
     newest: dict[str, tuple[int | None, str | None]] = {}
+    folded: dict[str, int] = defaultdict(int)  # per table, its folded changes
     for batch in fold_batches(iter(changes.to_batches())):
         rows = batch.to_pylist()
         for row in rows:
             fingerprint = row["schema_fp"]
             newest.setdefault(str(row["table"]), (None, None))
+            folded[str(row["table"])] += 1
             if fingerprint is None:
                 continue
             if fingerprint not in sent:
@@ -254,6 +257,7 @@ def decode_and_fold(
             "version": version,
             "schema_fp": fingerprint,
             "schema_blob": blobs.get(fingerprint) if fingerprint else None,
+            "count": folded[table],
         }
         for table, (version, fingerprint) in newest.items()
     ]
