@@ -15,6 +15,7 @@ from cdc_sync.job.decode import KIND_CHANGE, decode_and_fold
 from cdc_sync.job.health import SinkHealth, SinkState
 from cdc_sync.job.health_relay import HealthRelay, RelayObserver
 from cdc_sync.job.schema_changes import SchemaState
+from cdc_sync.job.spark_session import MASTER_VAR, spark_master
 from cdc_sync.job.task_sinks import TaskSinkSpec
 from cdc_sync.job.task_writes import WRITE_COLUMNS, WritePlan, load_writes, write_partition
 from cdc_sync.schema import RowSchema
@@ -98,3 +99,10 @@ def test_a_lost_report_never_fails_the_write(tmp_path: Path) -> None:
     address = relay.address
     relay.close()  # nobody listens any more
     RelayObserver(address).waiting("search", "bulk", 0.0, TimeoutError())
+
+
+def test_spark_submit_keeps_its_master_unless_the_job_setting_names_one() -> None:
+    assert spark_master({}) == "local[2]"
+    assert spark_master({"PYSPARK_GATEWAY_PORT": "41234"}) is None  # spark-submit's --master
+    both = {"PYSPARK_GATEWAY_PORT": "41234", MASTER_VAR: "spark://10.0.0.5:7077"}
+    assert spark_master(both) == "spark://10.0.0.5:7077"
