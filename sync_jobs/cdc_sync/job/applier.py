@@ -58,8 +58,10 @@ class BatchMetrics:
     unavailable_gone: int = 0  # placeholders of rows deleted since: left out (job.unavailable)
     sinks: dict[str, WriteResult] = field(default_factory=dict)
     seconds: float = 0.0
-    # Seconds per stage, so a slow stage shows without a profiler: decode and fold (Spark, set
-    # by job.stream), fill (Postgres reads of placeholders), one entry per sink, dead_letter.
+    # Seconds per stage, so a slow stage shows without a profiler (job.stream sets the Spark
+    # ones): decode (read + decode + fold, in tasks), write (the write tasks' wall time), fill
+    # (Postgres reads of placeholders) and one entry per sink (summed over tasks; Delta on the
+    # driver), dead_letter.
     stages: dict[str, float] = field(default_factory=dict)
     # Highest Kafka offset read per (topic, partition) in this batch (set by job.stream).
     offsets: dict[tuple[str, int], int] = field(default_factory=dict)

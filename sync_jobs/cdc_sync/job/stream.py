@@ -110,7 +110,7 @@ class MicroBatchProcessor:
         return self.applier.finish(
             plan,
             [written for task in tasks for written in task],
-            {"write": stages.get("write", 0.0), **_slowest_task(tasks)},
+            {"write": stages.get("write", 0.0), **_task_seconds(tasks)},
             self.driver_sinks,
         )
 
@@ -130,18 +130,15 @@ class MicroBatchProcessor:
         return load_writes(rows)
 
 
-def _slowest_task(tasks: list[list[TableWrite]]) -> dict[str, float]:
-    """Per sink (and "fill"), the longest any task spent in it: tasks run in parallel, so the
-    slowest one bounds the batch."""
-    slowest: dict[str, float] = defaultdict(float)
+def _task_seconds(tasks: list[list[TableWrite]]) -> dict[str, float]:
+    """Per sink (and "fill"), the seconds spent in it summed over the batch's tasks: the sink's
+    share of the work. Tasks run in parallel, so the sum may exceed the `write` stage's wall."""
+    spent: dict[str, float] = defaultdict(float)
     for task in tasks:
-        spent: dict[str, float] = defaultdict(float)
         for written in task:
             for stage, took in written.seconds.items():
                 spent[stage] += took
-        for stage, took in spent.items():
-            slowest[stage] = max(slowest[stage], took)
-    return dict(slowest)
+    return dict(spent)
 
 
 class _Side:
