@@ -11,11 +11,12 @@ import pyarrow as pa
 import pytest
 
 from cdc_sync.core.retry import RetryPolicy
-from cdc_sync.job.decode import KIND_CHANGE, decode_and_fold
+from cdc_sync.job.decode import KIND_CHANGE, KIND_STATS, decode_and_fold
 from cdc_sync.job.health import SinkHealth, SinkState
 from cdc_sync.job.health_relay import HealthRelay, RelayObserver
 from cdc_sync.job.schema_changes import SchemaState
 from cdc_sync.job.spark_session import MASTER_VAR, spark_master
+from cdc_sync.job.stream import PartitionSplit, SideRows
 from cdc_sync.job.task_sinks import TaskSinkSpec
 from cdc_sync.job.task_writes import WRITE_COLUMNS, WritePlan, load_writes, write_partition
 from cdc_sync.schema import RowSchema
@@ -106,3 +107,23 @@ def test_spark_submit_keeps_its_master_unless_the_job_setting_names_one() -> Non
     assert spark_master({"PYSPARK_GATEWAY_PORT": "41234"}) is None  # spark-submit's --master
     both = {"PYSPARK_GATEWAY_PORT": "41234", MASTER_VAR: "spark://10.0.0.5:7077"}
     assert spark_master(both) == "spark://10.0.0.5:7077"
+
+
+def stats_row(task: str, offset: int) -> dict[str, object]:
+    return {
+        "kind": KIND_STATS,
+        "counted": KIND_CHANGE,
+        "topic": "cdc.shop.products",
+        "partition": 1,
+        "offset": offset,
+        "count": 10,
+        "task": task,
+    }
+
+
+def test_a_kafka_partition_split_over_two_tasks_fails_the_batch_before_any_write() -> None:
+    """Folding in the task is only right if a Kafka partition reaches one task whole."""
+    side = SideRows([stats_row("t1", 9), stats_row("t1", 9)])
+    assert side.offsets == {("cdc.shop.products", 1): 9} and side.counts[KIND_CHANGE] == 20
+    with pytest.raises(PartitionSplit, match="partition 1 was read by 2 Spark tasks"):
+        SideRows([stats_row("t1", 9), stats_row("t2", 19)])

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
+import uuid
 from collections import defaultdict
 from collections.abc import Iterator
 
@@ -55,8 +56,11 @@ DECODED_SCHEMA = pa.schema(
 
 
 # decode_and_fold's output: the decoded columns plus the counts of stats rows.
-FOLDED_SCHEMA = DECODED_SCHEMA.append(pa.field("counted", pa.string())).append(
-    pa.field("count", pa.int64())
+# The task token tells the driver which stats rows came from one task (see job.stream).
+FOLDED_SCHEMA = (
+    DECODED_SCHEMA.append(pa.field("counted", pa.string()))
+    .append(pa.field("count", pa.int64()))
+    .append(pa.field("task", pa.string()))
 )
 FOLD_ORDER = [(name, "ascending") for name in ("table", "doc_id", "version", "partition", "offset")]
 
@@ -261,11 +265,11 @@ def decode_and_fold(
         }
         for table, (version, fingerprint) in newest.items()
     ]
-    side += _stats_rows(decoded)
+    side += _stats_rows(decoded, uuid.uuid4().hex)
     yield pa.RecordBatch.from_pylist(side, schema=FOLDED_SCHEMA)
 
 
-def _stats_rows(decoded: pa.Table) -> list[dict[str, object]]:
+def _stats_rows(decoded: pa.Table, task: str) -> list[dict[str, object]]:
     grouped = decoded.group_by(["kind", "topic", "partition"]).aggregate(
         [("offset", "count"), ("offset", "max")]
     )
@@ -277,6 +281,7 @@ def _stats_rows(decoded: pa.Table) -> list[dict[str, object]]:
             "partition": row["partition"],
             "offset": row["offset_max"],
             "count": row["offset_count"],
+            "task": task,
         }
         for row in grouped.to_pylist()
     ]

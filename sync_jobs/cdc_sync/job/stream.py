@@ -88,7 +88,7 @@ class MicroBatchProcessor:
             started = time.monotonic()  # read, decode and fold: the first action runs all three
             side = folded.where(f"kind != '{KIND_CHANGE}'").drop("change").toArrow().to_pylist()
             stages = {"decode": time.monotonic() - started}
-            summary = _Side(side)
+            summary = SideRows(side)
             plan = self.applier.begin(
                 batch_id,
                 records=sum(summary.counts.values()),
@@ -141,7 +141,11 @@ def _task_seconds(tasks: list[list[TableWrite]]) -> dict[str, float]:
     return dict(spent)
 
 
-class _Side:
+class PartitionSplit(RuntimeError):
+    """One Kafka partition reached several tasks: per-key order needs one task per partition."""
+
+
+class SideRows:
     """The side rows of all partitions, summed up for the driver."""
 
     def __init__(self, rows: list[dict[str, Any]]) -> None:
@@ -151,11 +155,13 @@ class _Side:
         self.compacted = 0
         self.schemas: dict[TableId, RowSchema | None] = {}
         newest: dict[TableId, int] = {}
+        readers: dict[tuple[str, int], set[str]] = defaultdict(set)
         for row in rows:
             if row["kind"] == KIND_STATS:
                 self.counts[row["counted"]] += row["count"]
                 where = (row["topic"], row["partition"])
                 self.offsets[where] = max(self.offsets.get(where, -1), row["offset"])
+                readers[where].add(row["task"])
             elif row["kind"] == KIND_TABLE:
                 table = TableId.parse(row["table"])
                 self.compacted += row["count"]
@@ -168,6 +174,14 @@ class _Side:
                     self.schemas[table] = schema
             else:
                 self.rejected.append(_rejected(row))
+        split = sorted(where for where, tasks in readers.items() if len(tasks) > 1)
+        if split:
+            topic, partition = split[0]
+            raise PartitionSplit(
+                f"topic {topic!r} partition {partition} was read by {len(readers[split[0]])} "
+                "Spark tasks in one batch: keys would be folded and written out of order. Do "
+                "not set the Kafka source's minPartitions / maxRecordsPerPartition for this job"
+            )
 
 
 def _rejected(row: dict[str, Any]) -> Rejected:
