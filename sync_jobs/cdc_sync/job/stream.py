@@ -40,6 +40,7 @@ from cdc_sync.job.decode import (
     KIND_TOMBSTONE_DELETE,
     decode_and_fold,
 )
+from cdc_sync.job.schema_changes import SchemaState
 from cdc_sync.job.table_writes import TableWrite
 from cdc_sync.job.task_sinks import TaskSinkSpec
 from cdc_sync.job.task_writes import (
@@ -114,7 +115,9 @@ class MicroBatchProcessor:
             self.driver_sinks,
         )
 
-    def _write(self, folded: DataFrame, schemas: dict[TableId, Any]) -> list[list[TableWrite]]:
+    def _write(
+        self, folded: DataFrame, schemas: dict[TableId, SchemaState]
+    ) -> list[list[TableWrite]]:
         routes = {
             str(table): (self.applier.mapping.tables[table], state)
             for table, state in schemas.items()
