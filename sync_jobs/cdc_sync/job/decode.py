@@ -5,15 +5,22 @@ its schema; each distinct schema travels once per partition in `schema_blob`), o
 record is a tombstone or malformed.
 fold:   rows sorted by (table, doc_id, version, partition, offset) -> the newest change per key,
 with unchanged TOAST columns filled from older changes of that key (compaction.fold).
+decode_and_fold: both, within one input partition, with no shuffle: Debezium keys a table's
+records by primary key, so every change of a key sits in one Kafka partition, which the Kafka
+source reads as one Spark partition (see `job.stream`). Besides the folded changes it yields the
+partition's side rows for the driver: rejected records, per-table schemas and record counts.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import pickle
+import uuid
+from collections import defaultdict
 from collections.abc import Iterator
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from cdc_sync.core.model import Change, Coordinates, KnownSchemas, Tombstone, tombstone_delete
 from cdc_sync.debezium.decoder import MalformedRecord, parse_record, table_from_topic
@@ -24,6 +31,8 @@ KIND_TOMBSTONE = "tombstone"  # a tombstone the table's policy does not apply (s
 KIND_TOMBSTONE_DELETE = "tombstone_delete"  # a tombstone applied as a delete: folded like changes
 CHANGE_KINDS = (KIND_CHANGE, KIND_TOMBSTONE_DELETE)
 KIND_MALFORMED = "malformed"
+KIND_STATS = "stats"  # records of one kind read from one topic-partition, and the last offset
+KIND_TABLE = "table"  # per table: its folded changes, the newest one's schema (schema policy)
 
 DECODED_SCHEMA = pa.schema(
     [
@@ -44,6 +53,16 @@ DECODED_SCHEMA = pa.schema(
         pa.field("value", pa.binary()),
     ]
 )
+
+
+# decode_and_fold's output: the decoded columns plus the counts of stats rows.
+# The task token tells the driver which stats rows came from one task (see job.stream).
+FOLDED_SCHEMA = (
+    DECODED_SCHEMA.append(pa.field("counted", pa.string()))
+    .append(pa.field("count", pa.int64()))
+    .append(pa.field("task", pa.string()))
+)
+FOLD_ORDER = [(name, "ascending") for name in ("table", "doc_id", "version", "partition", "offset")]
 
 
 def _decode_row(
@@ -190,3 +209,79 @@ def _folded_row(change: Change, schema_fp: object) -> dict[str, object]:
         "change": pickle.dumps(change, protocol=5),
         "schema_fp": schema_fp,
     }
+
+
+def decode_and_fold(
+    batches: Iterator[pa.RecordBatch],
+    known: KnownSchemas | None = None,
+    tombstone_deletes: frozenset[str] | None = None,
+) -> Iterator[pa.RecordBatch]:
+    """One input partition: its records decoded, its changes folded per key (sorted here, in
+    the task: no shuffle), then its side rows. A folded change's schema travels as a
+    fingerprint; the first row of each fingerprint carries the pickled schema."""
+    decoded = pa.Table.from_batches(
+        list(decode_batches(batches, known, tombstone_deletes)), schema=DECODED_SCHEMA
+    )
+    if decoded.num_rows == 0:
+        return
+    is_change = pc.is_in(decoded["kind"], pa.array(CHANGE_KINDS))
+    changes = decoded.filter(is_change).sort_by(FOLD_ORDER)
+    blobs = {
+        fp: blob
+        for fp, blob in zip(
+            changes["schema_fp"].to_pylist(), changes["schema_blob"].to_pylist(), strict=True
+        )
+        if blob is not None
+    }
+    sent: set[str] = set()
+    # Per table (every table with a change, deletes only too): the newest (version, schema_fp).
+    newest: dict[str, tuple[int | None, str | None]] = {}
+    folded: dict[str, int] = defaultdict(int)  # per table, its folded changes
+    for batch in fold_batches(iter(changes.to_batches())):
+        rows = batch.to_pylist()
+        for row in rows:
+            fingerprint = row["schema_fp"]
+            newest.setdefault(str(row["table"]), (None, None))
+            folded[str(row["table"])] += 1
+            if fingerprint is None:
+                continue
+            if fingerprint not in sent:
+                sent.add(fingerprint)
+                row["schema_blob"] = blobs.get(fingerprint)
+            table, version = str(row["table"]), int(row["version"])
+            best = newest[table][0]
+            if best is None or version >= best:
+                newest[table] = (version, fingerprint)
+        yield pa.RecordBatch.from_pylist(rows, schema=FOLDED_SCHEMA)
+    side = decoded.filter(pc.invert(is_change)).to_pylist()
+    side += [
+        {
+            "kind": KIND_TABLE,
+            "table": table,
+            "version": version,
+            "schema_fp": fingerprint,
+            "schema_blob": blobs.get(fingerprint) if fingerprint else None,
+            "count": folded[table],
+        }
+        for table, (version, fingerprint) in newest.items()
+    ]
+    side += _stats_rows(decoded, uuid.uuid4().hex)
+    yield pa.RecordBatch.from_pylist(side, schema=FOLDED_SCHEMA)
+
+
+def _stats_rows(decoded: pa.Table, task: str) -> list[dict[str, object]]:
+    grouped = decoded.group_by(["kind", "topic", "partition"]).aggregate(
+        [("offset", "count"), ("offset", "max")]
+    )
+    return [
+        {
+            "kind": KIND_STATS,
+            "counted": row["kind"],
+            "topic": row["topic"],
+            "partition": row["partition"],
+            "offset": row["offset_max"],
+            "count": row["offset_count"],
+            "task": task,
+        }
+        for row in grouped.to_pylist()
+    ]

@@ -49,22 +49,27 @@ class SinkHealth:
                 self._status.setdefault(name, SinkStatus())
 
     def waiting(self, target: str, what: str, since: float, error: BaseException) -> None:
+        self.record_waiting(target, what, since, type(error).__name__)
+
+    def record_waiting(self, target: str, what: str, since: float, error_class: str) -> None:
+        """`waiting`, told by name (a relayed report from an executor task)."""
         with self._lock:
             previous = self._status.get(target, SinkStatus())
             failures = previous.failures + 1 if previous.what == what else 1
-            self._status[target] = SinkStatus(
-                SinkState.WAITING, since, what, type(error).__name__, failures
-            )
+            self._status[target] = SinkStatus(SinkState.WAITING, since, what, error_class, failures)
 
     def recovered(self, target: str, what: str) -> None:
         with self._lock:
             self._status[target] = SinkStatus()
 
     def gave_up(self, target: str, what: str, since: float, error: BaseException) -> None:
+        self.record_gave_up(target, what, since, type(error).__name__)
+
+    def record_gave_up(self, target: str, what: str, since: float, error_class: str) -> None:
         with self._lock:
             previous = self._status.get(target, SinkStatus())
             self._status[target] = SinkStatus(
-                SinkState.FAILED, since, what, type(error).__name__, previous.failures
+                SinkState.FAILED, since, what, error_class, previous.failures
             )
 
     def status(self) -> dict[str, SinkStatus]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -15,7 +16,6 @@ from cdc_sync.core.model import KnownSchemas
 from cdc_sync.core.retry import (
     DEFAULT_ATTEMPT_TIMEOUT_SECONDS,
     DEFAULT_HORIZON_SECONDS,
-    DEFAULT_POLICY,
     RetryObserver,
     RetryPolicy,
 )
@@ -24,9 +24,10 @@ from cdc_sync.debezium.connector import load_connector
 from cdc_sync.job.applier import BatchApplier, BatchObserver
 from cdc_sync.job.dead_letter import DeadLetterWriter
 from cdc_sync.job.health import SinkHealth, SinkStatus
+from cdc_sync.job.health_relay import HealthRelay
 from cdc_sync.job.schema_store import FileSchemaStore
 from cdc_sync.job.stream import MicroBatchProcessor
-from cdc_sync.job.unavailable import SourceFiller
+from cdc_sync.job.task_sinks import TaskSinkSpec
 from cdc_sync.mapping import MappingFile, SchemaSource
 from cdc_sync.schema.catalog import ConverterModes, known_schemas
 from cdc_sync.sinks.base import Sink
@@ -89,44 +90,17 @@ def job_stream(
     )
 
 
-def build_sinks(
-    mapping: MappingFile,
-    connections: Connections,
-    warehouse: Path,
-    spark: SparkSession,
-    retry: RetryPolicy = DEFAULT_POLICY,
-) -> list[Sink]:
-    """The sinks the mapping routes to; a routed sink without a configured URL is an error.
-    Each writes under `retry` (named after the sink)."""
+def build_delta_sink(
+    mapping: MappingFile, warehouse: Path, spark: SparkSession, retry: RetryPolicy
+) -> Sink | None:
+    """The warehouse sink, if the mapping routes to it: it commits on the driver, once per
+    table and batch (delta-spark MERGE where its jars are present, else deltalake)."""
+    if not any(r.delta for r in mapping.tables.values()):
+        return None
     retention = mapping.tombstone_retention_seconds
-    routes = list(mapping.tables.values())
-    sinks: list[Sink] = []
-    if any(r.search for r in routes):
-        from cdc_sync.sinks.search import SearchSink
-
-        sinks.append(
-            SearchSink(
-                connections.search_client,
-                connections.require("search_url"),
-                tombstone_retention_seconds=retention,
-                retry=retry,
-            )
-        )
-    if any(r.cache for r in routes):
-        from cdc_sync.sinks.redis import RedisSink
-
-        sinks.append(
-            RedisSink(
-                connections.require("redis_url"), tombstone_retention_seconds=retention, retry=retry
-            )
-        )
-    if any(r.delta for r in routes):
-        writer = (
-            DeltaSparkWriter(spark, warehouse, retention) if delta_spark_available(spark) else None
-        )
-        log.info("Delta writes through %s", "delta-spark" if writer else "deltalake (delta-rs)")
-        sinks.append(DeltaSink(warehouse, retention, writer, retry))
-    return sinks
+    writer = DeltaSparkWriter(spark, warehouse, retention) if delta_spark_available(spark) else None
+    log.info("Delta writes through %s", "delta-spark" if writer else "deltalake (delta-rs)")
+    return DeltaSink(warehouse, retention, writer, retry)
 
 
 def catalog_schemas(mapping: MappingFile, connections: Connections) -> KnownSchemas | None:
@@ -136,6 +110,11 @@ def catalog_schemas(mapping: MappingFile, connections: Connections) -> KnownSche
         return None
     with psycopg.connect(connections.require("pg_url")) as conn:
         return known_schemas(conn, mapping.tables, converter_modes(mapping))
+
+
+def _driver_host(spark: SparkSession) -> str:
+    """Where executors reach the driver (loopback in local mode, see `spark_session`)."""
+    return spark.conf.get("spark.driver.host", None) or "127.0.0.1"
 
 
 def converter_modes(mapping: MappingFile) -> ConverterModes:
@@ -157,31 +136,36 @@ class SyncJob:
         self.mapping = mapping
         self.connections = connections
         self.options = options
-        # Every sink's retries report here: `sink_status()` says which one the job waits for.
+        # Every sink's retries report here, executor tasks' through the relay: `sink_status()`
+        # says which one the job waits for.
         self.health = SinkHealth()
-        self.sinks = build_sinks(
-            mapping, connections, options.warehouse, spark, options.sink_retry(self.health)
+        self.relay = HealthRelay(self.health, _driver_host(spark))
+        retry = options.sink_retry(self.health)
+        modes = converter_modes(mapping)
+        spec = dataclasses.replace(
+            TaskSinkSpec.for_job(mapping, connections, retry, modes), relay=self.relay.address
         )
+        delta = build_delta_sink(mapping, options.warehouse, spark, retry)
+        self.driver_sinks: list[Sink] = [delta] if delta is not None else []
+        # The driver's own row sinks: target set-up (`ensure_target`) and tools; tasks write.
+        self.sinks = spec.open_sinks(self.health) + self.driver_sinks
         self.health.track(sink.name for sink in self.sinks)
         self.dead_letters = DeadLetterWriter(
             connections.require("kafka_bootstrap"),
             connections.kafka_flavor,
             mapping.dead_letter_topic,
         )
-        self.filler = SourceFiller(connections.require("pg_url"), converter_modes(mapping))
         # The accepted schemas belong to this query's checkpoint: a new checkpoint, a new baseline.
         self.applier = BatchApplier(
             mapping,
             self.sinks,
             self.dead_letters,
-            self.filler,
+            None,  # the TOAST fill runs in the write tasks (spec.pg_url)
             FileSchemaStore.beside_checkpoint(options.checkpoint_dir),
             observers,
         )
         self.processor = MicroBatchProcessor(
-            self.applier,
-            int(spark.conf.get("spark.sql.shuffle.partitions") or 2),
-            catalog_schemas(mapping, connections),
+            self.applier, spec, self.driver_sinks, catalog_schemas(mapping, connections)
         )
 
     def start(self, available_now: bool = False) -> StreamingQuery:
@@ -231,4 +215,4 @@ class SyncJob:
         for sink in self.sinks:
             sink.close()
         self.dead_letters.close()
-        self.filler.close()
+        self.relay.close()
