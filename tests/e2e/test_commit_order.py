@@ -24,7 +24,6 @@ from cdc_sync.connectors.engine import CaptureEngine
 from cdc_sync.connectors.notifications import end_offsets, follow, notification_topic
 from cdc_sync.connectors.signals import request_snapshot
 from cdc_sync.core.kafka_clients import consumer_config
-from cdc_sync.core.settings import Connections
 from cdc_sync.demo.workload import create_demo_schema
 from tests.e2e.conftest import CONNECTOR, Services
 from tests.e2e.harness import SyncHarness, e2e_mapping

@@ -71,9 +71,10 @@ def source_fields(kafka: KafkaEndpoint, topic: str) -> list[dict[str, Any]]:
             message = consumer.poll(10)
             assert message is not None, f"{topic}: {read} of {high} records read"
             read += 1
-            if message.value() is None:
+            value = message.value()
+            if value is None:
                 continue
-            payload = json.loads(message.value())["payload"]
+            payload = json.loads(value)["payload"]
             row = payload["after"] or payload["before"] or {}
             source = dict(payload["source"])
             # JSON text of [last commit, lsn], positions as decimal strings or null.

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 import pyarrow as pa
 
@@ -53,14 +53,17 @@ def _decode_row(
     seen: set[str],
     known: KnownSchemas | None,
     tombstone_deletes: frozenset[str] | None = None,
+    floors: dict[tuple[str, int], int] | None = None,
 ) -> dict[str, object]:
     row: dict[str, object] = {
         "topic": coords.topic,
         "partition": coords.partition,
         "offset": coords.offset,
     }
+    where = (coords.topic, coords.partition)
+    floor = floors.get(where, 0) if floors is not None else 0
     try:
-        parsed = parse_record(key, value, coords, known)
+        parsed = parse_record(key, value, coords, known, floor)
     except MalformedRecord as exc:
         # The raw bytes travel on so the dead-letter entry loses nothing.
         return row | {
@@ -76,6 +79,8 @@ def _decode_row(
         if tombstone_deletes is not None and str(parsed.table) in tombstone_deletes:
             return row | _change_columns(tombstone_delete(parsed), seen, KIND_TOMBSTONE_DELETE)
         return row | {"kind": KIND_TOMBSTONE, "table": str(parsed.table), "key": key}
+    if floors is not None:
+        floors[where] = max(floor, parsed.version)
     return row | _change_columns(parsed, seen)
 
 
@@ -107,11 +112,15 @@ def decode_batches(
     batches: Iterator[pa.RecordBatch],
     known: KnownSchemas | None = None,
     tombstone_deletes: frozenset[str] | None = None,
+    floors: Mapping[tuple[str, int], int] | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """`known`: catalog schemas when records carry none (mapping `source.schemas: catalog`);
     `tombstone_deletes`: tables (`schema.table`) whose tombstones are deletes (`on_tombstone:
-    delete`), the others' are handed to the driver's policy."""
+    delete`), the others' are handed to the driver's policy; `floors`: the highest version
+    per (topic, partition) of earlier batches (`job.version_floors`), raised here record by
+    record, which needs each partition's records in offset order, as the sources give them."""
     seen: set[str] = set()
+    running = dict(floors or {})
     for batch in batches:
         data = batch.to_pydict()
         rows = [
@@ -122,6 +131,7 @@ def decode_batches(
                 seen,
                 known,
                 tombstone_deletes,
+                running,
             )
             for key, value, topic, partition, offset in zip(
                 data["key"],

@@ -27,6 +27,7 @@ from cdc_sync.job.health import SinkHealth, SinkStatus
 from cdc_sync.job.schema_store import FileSchemaStore
 from cdc_sync.job.stream import MicroBatchProcessor
 from cdc_sync.job.unavailable import SourceFiller
+from cdc_sync.job.version_floors import FileVersionFloors
 from cdc_sync.mapping import MappingFile, SchemaSource
 from cdc_sync.schema.catalog import ConverterModes, known_schemas
 from cdc_sync.sinks.base import Sink
@@ -182,6 +183,7 @@ class SyncJob:
             self.applier,
             int(spark.conf.get("spark.sql.shuffle.partitions") or 2),
             catalog_schemas(mapping, connections),
+            FileVersionFloors.beside_checkpoint(options.checkpoint_dir),
         )
 
     def start(self, available_now: bool = False) -> StreamingQuery:

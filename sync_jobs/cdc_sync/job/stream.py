@@ -23,6 +23,7 @@ from cdc_sync.job.decode import (
     fold_batches,
     load_change,
 )
+from cdc_sync.job.version_floors import FileVersionFloors, raised
 from cdc_sync.schema import RowSchema
 
 DECODED_SPARK = from_arrow_schema(DECODED_SCHEMA)  # one schema: decode.py's Arrow one
@@ -32,19 +33,30 @@ class MicroBatchProcessor:
     """`foreachBatch` callable: offsets commit only if this returns without raising."""
 
     def __init__(
-        self, applier: BatchApplier, partitions: int = 2, known: KnownSchemas | None = None
+        self,
+        applier: BatchApplier,
+        partitions: int = 2,
+        known: KnownSchemas | None = None,
+        floors_store: FileVersionFloors | None = None,
     ) -> None:
         self.applier = applier
         self.partitions = partitions
         self.known = known  # catalog schemas for records without one; shipped to executors
         self.tombstone_deletes = applier.mapping.tombstone_delete_tables()
+        self.floors_store = floors_store
+        self.floors = floors_store.load() if floors_store is not None else {}
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         self.process(batch, batch_id)
 
     def process(self, batch: DataFrame, batch_id: int) -> BatchMetrics:
         decoded = batch.select("key", "value", "topic", "partition", "offset").mapInArrow(
-            partial(decode_batches, known=self.known, tombstone_deletes=self.tombstone_deletes),
+            partial(
+                decode_batches,
+                known=self.known,
+                tombstone_deletes=self.tombstone_deletes,
+                floors=self.floors,
+            ),
             DECODED_SPARK,
         )
         decoded = decoded.persist(StorageLevel.MEMORY_AND_DISK)
@@ -53,14 +65,21 @@ class MicroBatchProcessor:
             started = time.monotonic()  # read + decode: the first action runs both
             counts: dict[str, int] = {}
             offsets: dict[tuple[str, int], int] = {}
+            versions: dict[tuple[str, int], int] = {}  # highest per partition: next floors
             for row in (
                 decoded.groupBy("kind", "topic", "partition")
-                .agg(F.count("*").alias("count"), F.max("offset").alias("offset"))
+                .agg(
+                    F.count("*").alias("count"),
+                    F.max("offset").alias("offset"),
+                    F.max("version").alias("version"),
+                )
                 .collect()
             ):
                 counts[row["kind"]] = counts.get(row["kind"], 0) + row["count"]
                 where = (row["topic"], row["partition"])
                 offsets[where] = max(offsets.get(where, -1), row["offset"])
+                if row["kind"] == KIND_CHANGE:
+                    versions[where] = row["version"]
             side = (
                 decoded.where(f"kind NOT IN {CHANGE_KINDS} OR schema_blob IS NOT NULL")
                 .drop("change")
@@ -81,7 +100,7 @@ class MicroBatchProcessor:
             stages["fold"] = time.monotonic() - started
         finally:
             decoded.unpersist()
-        return self.applier.apply(
+        metrics = self.applier.apply(
             batch_id,
             records=sum(counts.values()),
             changes=counts.get(KIND_CHANGE, 0),
@@ -93,6 +112,15 @@ class MicroBatchProcessor:
             stage_seconds=stages,
             offsets=offsets,
         )
+        self._keep_floors(versions)
+        return metrics
+
+    def _keep_floors(self, versions: dict[tuple[str, int], int]) -> None:
+        """After every sink acknowledged, before Spark commits the offsets (version_floors)."""
+        floors = raised(self.floors, versions)
+        if floors != self.floors and self.floors_store is not None:
+            self.floors_store.save(floors)
+        self.floors = floors
 
 
 def _schemas(rows: list[dict[str, Any]]) -> dict[str, RowSchema]:

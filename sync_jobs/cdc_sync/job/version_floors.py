@@ -1,0 +1,79 @@
+"""The highest version applied per Kafka partition, kept beside the Spark checkpoint.
+
+The first transaction Debezium streams after a snapshot carries no commit position, only its
+changes' own LSNs, which can lie before the snapshot's point; it is versioned no lower than
+every record before it in its partition (`cdc_sync.debezium.decoder.commit_order_version`).
+Decoding scans each partition in offset order and needs that floor for records already
+processed by earlier micro-batches: `<checkpoint>/cdc_sync_versions.json` holds it.
+
+It belongs to the checkpoint like the offsets: a new checkpoint replays the topics from the
+start and rebuilds it. It is saved after every sink acknowledged a batch and before Spark
+commits the batch's offsets; a batch that re-runs after a crash in between meets floors that
+already include its own records, which is harmless: a record then takes at most the version of
+a later record of its partition, and of two equal versions of one key the later in Kafka wins.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+
+from cdc_sync.job.schema_store import write_atomically
+
+log = logging.getLogger(__name__)
+
+FILE_NAME = "cdc_sync_versions.json"
+FORMAT = 1
+
+Floors = dict[tuple[str, int], int]  # (topic, partition) -> highest version seen
+
+
+class VersionFloorsCorrupt(RuntimeError):
+    """A stored floors file that cannot be read; the message names the file."""
+
+
+class FileVersionFloors:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    @classmethod
+    def beside_checkpoint(cls, checkpoint_dir: Path) -> FileVersionFloors:
+        return cls(checkpoint_dir / FILE_NAME)
+
+    def load(self) -> Floors:
+        try:
+            text = self.path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return {}
+        try:
+            document = json.loads(text)
+            if document.get("format") != FORMAT:
+                raise ValueError(f"expected format {FORMAT}")
+            return {
+                (str(entry["topic"]), int(entry["partition"])): int(entry["version"])
+                for entry in document["partitions"]
+            }
+        except (ValueError, KeyError, TypeError, AttributeError) as error:
+            raise VersionFloorsCorrupt(
+                f"{self.path}: version floors are unreadable ({error}); restore the file, or "
+                "delete it (the first transaction after a snapshot may then be fenced by "
+                "snapshot rows read in an earlier batch: `cdc-sync verify` finds such rows)"
+            ) from error
+
+    def save(self, floors: Mapping[tuple[str, int], int]) -> None:
+        entries = [
+            {"topic": topic, "partition": partition, "version": version}
+            for (topic, partition), version in sorted(floors.items())
+        ]
+        document = {"format": FORMAT, "partitions": entries}
+        write_atomically(self.path, json.dumps(document, indent=1) + "\n")
+
+
+def raised(floors: Mapping[tuple[str, int], int], seen: Mapping[tuple[str, int], int]) -> Floors:
+    """`floors` with each partition raised to the highest version `seen` in it."""
+    merged = dict(floors)
+    for where, version in seen.items():
+        merged[where] = max(merged.get(where, version), version)
+    return merged
