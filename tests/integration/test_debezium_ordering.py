@@ -18,7 +18,6 @@ Observed with the embedded engine (Debezium 3.6.3, pgoutput, Postgres 15) on the
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from collections.abc import Iterator
@@ -27,12 +26,11 @@ from typing import Any
 
 import psycopg
 import pytest
-from confluent_kafka import Consumer, TopicPartition
 
 from cdc_sync.connectors.engine import CaptureEngine
-from cdc_sync.core.kafka_clients import consumer_config
 from cdc_sync.core.settings import Connections
 from cdc_sync.demo.workload import create_demo_schema
+from tests.debezium_events import source_fields
 from tests.fixtures.services import KafkaEndpoint
 from tests.pg import private_database
 
@@ -54,37 +52,6 @@ def capture(url: str, kafka: KafkaEndpoint, state: Path, prefix: str) -> Capture
     )
     overrides = {"topic.prefix": prefix, "slot.name": prefix, "publication.name": prefix}
     return CaptureEngine.from_file(CONNECTOR, connections, state, overrides)
-
-
-def source_fields(kafka: KafkaEndpoint, topic: str) -> list[dict[str, Any]]:
-    """`source` of every change event in the topic, in Kafka order (tombstones skipped),
-    with the row's email and the event's op added."""
-    consumer = Consumer(
-        consumer_config(kafka.bootstrap, kafka.flavor, group_id=f"t-{uuid.uuid4()}")
-    )
-    try:
-        high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1]
-        consumer.assign([TopicPartition(topic, 0, 0)])
-        events: list[dict[str, Any]] = []
-        read = 0
-        while read < high:
-            message = consumer.poll(10)
-            assert message is not None, f"{topic}: {read} of {high} records read"
-            read += 1
-            value = message.value()
-            if value is None:
-                continue
-            payload = json.loads(value)["payload"]
-            row = payload["after"] or payload["before"] or {}
-            source = dict(payload["source"])
-            # JSON text of [last commit, lsn], positions as decimal strings or null.
-            source["sequence"] = [
-                None if p is None else int(p) for p in json.loads(source["sequence"])
-            ]
-            events.append(source | {"op": payload["op"], "row_id": row.get("id")})
-        return events
-    finally:
-        consumer.close()
 
 
 def wait_for_events(
