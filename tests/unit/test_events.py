@@ -179,6 +179,16 @@ def test_sinks_written_with_change_lsns_keep_converging_after_the_upgrade() -> N
     stored_before_upgrade = [30720944, 30720856, 30721080]  # T2, T1, T1 (their own lsns)
     next_change = versioned(1, 30721216, '["30721216","30721216"]', 3)
     assert all(next_change.version > old for old in stored_before_upgrade)
+    # Written again after the upgrade (a replay), a change keeps at least its old version:
+    # the floor only raises, so the sinks' >= fence lets it through or it was already there.
+    replayed = parse_record(
+        key_bytes("products", {"id": 1}),
+        sourced(1, "u", 30720856, '[null,"30720856"]', "false"),
+        coords(4),
+        None,
+        30721080,
+    )
+    assert isinstance(replayed, Change) and replayed.version >= 30720856
 
 
 def sourced(key: int, op: str, lsn: int, sequence: str | None, snapshot: str) -> bytes:
