@@ -17,7 +17,7 @@ import dataclasses
 import pickle
 import uuid
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -72,14 +72,17 @@ def _decode_row(
     seen: set[str],
     known: KnownSchemas | None,
     tombstone_deletes: frozenset[str] | None = None,
+    floors: dict[tuple[str, int], int] | None = None,
 ) -> dict[str, object]:
     row: dict[str, object] = {
         "topic": coords.topic,
         "partition": coords.partition,
         "offset": coords.offset,
     }
+    where = (coords.topic, coords.partition)
+    floor = floors.get(where, 0) if floors is not None else 0
     try:
-        parsed = parse_record(key, value, coords, known)
+        parsed = parse_record(key, value, coords, known, floor)
     except MalformedRecord as exc:
         # The raw bytes travel on so the dead-letter entry loses nothing.
         return row | {
@@ -95,6 +98,8 @@ def _decode_row(
         if tombstone_deletes is not None and str(parsed.table) in tombstone_deletes:
             return row | _change_columns(tombstone_delete(parsed), seen, KIND_TOMBSTONE_DELETE)
         return row | {"kind": KIND_TOMBSTONE, "table": str(parsed.table), "key": key}
+    if floors is not None:
+        floors[where] = max(floor, parsed.version)
     return row | _change_columns(parsed, seen)
 
 
@@ -126,11 +131,15 @@ def decode_batches(
     batches: Iterator[pa.RecordBatch],
     known: KnownSchemas | None = None,
     tombstone_deletes: frozenset[str] | None = None,
+    floors: Mapping[tuple[str, int], int] | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """`known`: catalog schemas when records carry none (mapping `source.schemas: catalog`);
     `tombstone_deletes`: tables (`schema.table`) whose tombstones are deletes (`on_tombstone:
-    delete`), the others' are handed to the driver's policy."""
+    delete`), the others' are handed to the driver's policy; `floors`: the highest version
+    per (topic, partition) of earlier batches (`job.version_floors`), raised here record by
+    record, which needs each partition's records in offset order, as the sources give them."""
     seen: set[str] = set()
+    running = dict(floors or {})
     for batch in batches:
         data = batch.to_pydict()
         rows = [
@@ -141,6 +150,7 @@ def decode_batches(
                 seen,
                 known,
                 tombstone_deletes,
+                running,
             )
             for key, value, topic, partition, offset in zip(
                 data["key"],
@@ -215,12 +225,14 @@ def decode_and_fold(
     batches: Iterator[pa.RecordBatch],
     known: KnownSchemas | None = None,
     tombstone_deletes: frozenset[str] | None = None,
+    floors: Mapping[tuple[str, int], int] | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """One input partition: its records decoded, its changes folded per key (sorted here, in
     the task: no shuffle), then its side rows. A folded change's schema travels as a
-    fingerprint; the first row of each fingerprint carries the pickled schema."""
+    fingerprint; the first row of each fingerprint carries the pickled schema. `floors`: see
+    `decode_batches`; the stats rows carry each partition's highest change version."""
     decoded = pa.Table.from_batches(
-        list(decode_batches(batches, known, tombstone_deletes)), schema=DECODED_SCHEMA
+        list(decode_batches(batches, known, tombstone_deletes, floors)), schema=DECODED_SCHEMA
     )
     if decoded.num_rows == 0:
         return
@@ -271,7 +283,7 @@ def decode_and_fold(
 
 def _stats_rows(decoded: pa.Table, task: str) -> list[dict[str, object]]:
     grouped = decoded.group_by(["kind", "topic", "partition"]).aggregate(
-        [("offset", "count"), ("offset", "max")]
+        [("offset", "count"), ("offset", "max"), ("version", "max")]
     )
     return [
         {
@@ -281,6 +293,7 @@ def _stats_rows(decoded: pa.Table, task: str) -> list[dict[str, object]]:
             "partition": row["partition"],
             "offset": row["offset_max"],
             "count": row["offset_count"],
+            "version": row["version_max"],
             "task": task,
         }
         for row in grouped.to_pylist()

@@ -28,6 +28,7 @@ from cdc_sync.job.health_relay import HealthRelay
 from cdc_sync.job.schema_store import FileSchemaStore
 from cdc_sync.job.stream import MicroBatchProcessor
 from cdc_sync.job.task_sinks import TaskSinkSpec
+from cdc_sync.job.version_floors import FileVersionFloors
 from cdc_sync.mapping import MappingFile, SchemaSource
 from cdc_sync.schema.catalog import ConverterModes, known_schemas
 from cdc_sync.sinks.base import Sink
@@ -165,7 +166,11 @@ class SyncJob:
             observers,
         )
         self.processor = MicroBatchProcessor(
-            self.applier, spec, self.driver_sinks, catalog_schemas(mapping, connections)
+            self.applier,
+            spec,
+            self.driver_sinks,
+            catalog_schemas(mapping, connections),
+            FileVersionFloors.beside_checkpoint(options.checkpoint_dir),
         )
 
     def start(self, available_now: bool = False) -> StreamingQuery:

@@ -87,7 +87,7 @@ class FileSchemaStore:
             "fingerprint": schema.fingerprint,
             "columns": row_schema_to_json(schema),
         }
-        _write_atomically(path, json.dumps(document, indent=2) + "\n")
+        write_atomically(path, json.dumps(document, indent=2) + "\n")
         log.info("%s: accepted schema %s saved to %s", table, schema.fingerprint, path)
 
 
@@ -109,7 +109,7 @@ def _file_part(name: str) -> str:
     return quote(name, safe="").replace(".", "%2E")
 
 
-def _write_atomically(path: Path, text: str) -> None:
+def write_atomically(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:

@@ -50,6 +50,7 @@ from cdc_sync.job.task_writes import (
     load_writes,
     write_partition,
 )
+from cdc_sync.job.version_floors import FileVersionFloors, Floors, StoredFloors, raised
 from cdc_sync.schema import RowSchema
 from cdc_sync.sinks.base import Sink
 
@@ -69,19 +70,29 @@ class MicroBatchProcessor:
         spec: TaskSinkSpec,
         driver_sinks: Sequence[Sink] = (),
         known: KnownSchemas | None = None,
+        floors_store: FileVersionFloors | None = None,
     ) -> None:
         self.applier = applier
         self.spec = spec
         self.driver_sinks = list(driver_sinks)
         self.known = known  # shipped to executors
         self.tombstone_deletes = applier.mapping.tombstone_delete_tables()
+        # Highest version per partition so far (job.version_floors), kept beside the checkpoint.
+        self.floors_store = floors_store
+        self.floors = floors_store.load() if floors_store is not None else StoredFloors()
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         self.process(batch, batch_id)
 
     def process(self, batch: DataFrame, batch_id: int) -> BatchMetrics:
+        floors = self.floors.for_batch(batch_id)
         folded = batch.select("key", "value", "topic", "partition", "offset").mapInArrow(
-            partial(decode_and_fold, known=self.known, tombstone_deletes=self.tombstone_deletes),
+            partial(
+                decode_and_fold,
+                known=self.known,
+                tombstone_deletes=self.tombstone_deletes,
+                floors=floors,
+            ),
             FOLDED_SPARK,
         )
         folded = folded.persist(StorageLevel.MEMORY_AND_DISK)
@@ -108,12 +119,22 @@ class MicroBatchProcessor:
                 stages["write"] = time.monotonic() - started
         finally:
             folded.unpersist()
-        return self.applier.finish(
+        metrics = self.applier.finish(
             plan,
             [written for task in tasks for written in task],
             {"write": stages.get("write", 0.0), **_task_seconds(tasks)},
             self.driver_sinks,
         )
+        self._keep_floors(batch_id, floors, summary.versions)
+        return metrics
+
+    def _keep_floors(
+        self, batch_id: int, before: Floors, versions: dict[tuple[str, int], int]
+    ) -> None:
+        """After every sink acknowledged, before Spark commits the offsets (version_floors)."""
+        self.floors = StoredFloors(batch_id, before, raised(before, versions))
+        if self.floors_store is not None:
+            self.floors_store.save(self.floors)
 
     def _write(
         self, folded: DataFrame, schemas: dict[TableId, SchemaState]
@@ -154,6 +175,7 @@ class SideRows:
     def __init__(self, rows: list[dict[str, Any]]) -> None:
         self.counts: dict[str, int] = defaultdict(int)
         self.offsets: dict[tuple[str, int], int] = {}
+        self.versions: dict[tuple[str, int], int] = {}  # highest change version per partition
         self.rejected: list[Rejected] = []
         self.compacted = 0
         self.schemas: dict[TableId, RowSchema | None] = {}
@@ -164,6 +186,8 @@ class SideRows:
                 self.counts[row["counted"]] += row["count"]
                 where = (row["topic"], row["partition"])
                 self.offsets[where] = max(self.offsets.get(where, -1), row["offset"])
+                if row["counted"] == KIND_CHANGE and row.get("version") is not None:
+                    self.versions[where] = max(self.versions.get(where, 0), row["version"])
                 readers[where].add(row["task"])
             elif row["kind"] == KIND_TABLE:
                 table = TableId.parse(row["table"])
