@@ -81,6 +81,9 @@ class BatchMetrics:
     offsets: dict[tuple[str, int], int] = field(default_factory=dict)
     # Per routed table, what this batch applied (every sink acknowledged it when observers run).
     tables: dict[TableId, TableProgress] = field(default_factory=dict)
+    # Per (routed table, sink name), what that sink did with the table's changes (`sinks` sums
+    # these per sink): applied / fenced / failed per table and sink for metrics.
+    table_sinks: dict[tuple[TableId, str], WriteResult] = field(default_factory=dict)
 
     def timed(self, stage: str, started: float) -> None:
         self.stages[stage] = self.stages.get(stage, 0.0) + time.monotonic() - started
@@ -205,6 +208,8 @@ class BatchApplier:
             metrics.timed(sink.name, sink_started)
             previous = metrics.sinks.get(sink.name, WriteResult())
             metrics.sinks[sink.name] = previous.merge(result)
+            per_table = metrics.table_sinks.get((route.table, sink.name), WriteResult())
+            metrics.table_sinks[(route.table, sink.name)] = per_table.merge(result)
             if result.failures and route.policies.on_malformed is OnMalformed.FAIL:
                 first = result.failures[0]
                 raise PolicyViolation(
