@@ -23,7 +23,6 @@ from cdc_sync.debezium.slots import Slot, list_slots
 
 log = logging.getLogger(__name__)
 
-DEFAULT_INTERVAL_SECONDS = 10.0
 READ_TIMEOUT_SECONDS = 5.0
 
 EndOffsets = dict[tuple[str, int], int]
@@ -100,7 +99,7 @@ class CaptureProbes:
         end_offsets: Callable[[], EndOffsets] | None = None,
         slots: Callable[[], list[Slot]] | None = None,
         connector_status: Callable[[], Mapping[str, Any]] | None = None,
-        interval_seconds: float = DEFAULT_INTERVAL_SECONDS,
+        interval_seconds: float = 10.0,
     ) -> None:
         self._reads: dict[str, Callable[[], Any]] = {}
         if end_offsets is not None:

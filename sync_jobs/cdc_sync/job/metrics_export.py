@@ -15,7 +15,6 @@ from prometheus_client import start_http_server
 
 from cdc_sync.core.settings import Connections
 from cdc_sync.job.capture_probes import (
-    DEFAULT_INTERVAL_SECONDS,
     BrokerEndOffsets,
     CaptureProbes,
     SourceSlots,
@@ -26,6 +25,7 @@ from cdc_sync.job.metrics import JobMetrics
 log = logging.getLogger(__name__)
 
 DEFAULT_METRICS_HOST = "127.0.0.1"
+DEFAULT_PROBE_SECONDS = 10.0  # a typical scrape interval: fresher reads would go unseen
 
 ConnectorStatus = Callable[[], Mapping[str, Any]]
 
@@ -39,7 +39,7 @@ class MetricsEndpoint:
         topics: list[str],
         health: SinkHealth,
         connector_status: ConnectorStatus | None = None,
-        probe_interval_seconds: float = DEFAULT_INTERVAL_SECONDS,
+        probe_interval_seconds: float = DEFAULT_PROBE_SECONDS,
     ) -> None:
         self._broker = BrokerEndOffsets(
             connections.require("kafka_bootstrap"), connections.kafka_flavor, topics

@@ -24,7 +24,12 @@ from cdc_sync.debezium.connector import load_connector
 from cdc_sync.job.applier import BatchApplier, BatchObserver
 from cdc_sync.job.dead_letter import DeadLetterWriter
 from cdc_sync.job.health import SinkHealth, SinkStatus
-from cdc_sync.job.metrics_export import DEFAULT_METRICS_HOST, ConnectorStatus, MetricsEndpoint
+from cdc_sync.job.metrics_export import (
+    DEFAULT_METRICS_HOST,
+    DEFAULT_PROBE_SECONDS,
+    ConnectorStatus,
+    MetricsEndpoint,
+)
 from cdc_sync.job.schema_store import FileSchemaStore
 from cdc_sync.job.stream import MicroBatchProcessor
 from cdc_sync.job.unavailable import SourceFiller
@@ -60,6 +65,8 @@ class JobOptions:
     # Prometheus metrics on http://<metrics_host>:<metrics_port>/metrics; None: off, 0: any port.
     metrics_port: int | None = None
     metrics_host: str = DEFAULT_METRICS_HOST
+    # How often the broker's end offsets, the slot and the connector are read for the metrics.
+    metrics_probe_seconds: float = DEFAULT_PROBE_SECONDS
 
     def sink_retry(self, observer: RetryObserver | None = None) -> RetryPolicy:
         """The retry policy every sink writes under, reporting to `observer`."""
@@ -179,7 +186,11 @@ class SyncJob:
         self.metrics_port: int | None = None  # the bound port once serving
         if options.metrics_port is not None:
             self.metrics = MetricsEndpoint(
-                connections, mapping.topics(), self.health, connector_status
+                connections,
+                mapping.topics(),
+                self.health,
+                connector_status,
+                options.metrics_probe_seconds,
             )
             observers = [*observers, self.metrics.metrics.observe]
         # The accepted schemas belong to this query's checkpoint: a new checkpoint, a new baseline.
