@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 
 import pytest
 from prometheus_client import generate_latest
 
-from cdc_sync.cli import build_parser, job_options
+from cdc_sync.cli import build_parser, connector_status, job_options
 from cdc_sync.core.model import Change, TableId
+from cdc_sync.core.settings import Connections
 from cdc_sync.debezium.slots import Slot
 from cdc_sync.job.applier import BatchApplier, BatchMetrics, TableProgress
 from cdc_sync.job.capture_probes import (
@@ -22,7 +24,7 @@ from cdc_sync.job.capture_probes import (
 from cdc_sync.job.health import SinkHealth
 from cdc_sync.job.metrics import JobMetrics
 from cdc_sync.job.runner import JobOptions
-from cdc_sync.mapping import MappingFile, OnMalformed, Policies, TableRoute
+from cdc_sync.mapping import MappingFile, OnMalformed, Policies, TableRoute, load_mapping
 from cdc_sync.schema import RowSchema
 from cdc_sync.sinks.base import RecordFailure, WriteResult
 from tests.changes import change, products_route
@@ -262,3 +264,12 @@ def test_a_bad_metrics_port_is_refused_naming_the_option(
     with pytest.raises(SystemExit):
         build_parser().parse_args(["run", "--mapping", "m.yaml", "--metrics-port", "70000"])
     assert "--metrics-port" in capsys.readouterr().err
+
+
+def test_run_reads_the_connector_state_only_when_a_connect_url_is_set() -> None:
+    mapping = load_mapping(Path("mappings/shop.yaml"))
+    plain = Connections(None, "k:9092", "kafka", None, "opensearch", None, None, None)
+    assert connector_status(plain, mapping) is None
+    with_connect = dataclasses.replace(plain, connect_url="http://127.0.0.1:8083")
+    reader = connector_status(with_connect, mapping)
+    assert isinstance(reader, partial) and reader.args == ("shop",)

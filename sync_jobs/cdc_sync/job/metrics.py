@@ -17,7 +17,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -25,10 +24,8 @@ from prometheus_client.registry import Collector
 
 from cdc_sync.core.model import TableId
 from cdc_sync.job.applier import BatchMetrics, TableProgress
+from cdc_sync.job.capture_probes import CaptureReadings
 from cdc_sync.job.health import SinkHealth, SinkState
-
-if TYPE_CHECKING:
-    from cdc_sync.job.capture_probes import CaptureReadings
 
 # Batch stages run from milliseconds (a small fold) to minutes (a sink retried after an outage).
 STAGE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
