@@ -73,6 +73,8 @@ def test_metrics_count_what_was_written(
 ) -> None:
     assert metered.job is not None and metered.job.metrics_port
     port = metered.job.metrics_port
+    assert metered.job.metrics is not None
+    assert metered.job.metrics.address == ("127.0.0.1", port), "binds loopback by default"
     metered.wait_converged()  # a batch cut short by the restart has re-run by now
     _, before = scrape(port)
     sinks = [sink.name for sink in metered.job.sinks]

@@ -61,6 +61,14 @@ class MetricsEndpoint:
         log.info("metrics on http://%s:%d/metrics", host, bound)
         return bound
 
+    @property
+    def address(self) -> tuple[str, int] | None:
+        """(host, port) being served, None before `serve`."""
+        if self._server is None:
+            return None
+        host, port = self._server.server_address[:2]
+        return str(host), int(port)
+
     def close(self) -> None:
         if self._server is not None:
             self._server.shutdown()
