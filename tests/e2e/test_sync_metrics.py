@@ -58,7 +58,7 @@ def metered(pipeline: SyncHarness, request: pytest.FixtureRequest) -> Iterator[S
         status = partial(client.status, pipeline.mapping.topic_prefix)
     # The running job has started its source (a Python worker) before it is replaced: two
     # source workers spawned back to back can miss Spark's connect-back window on a busy machine.
-    pipeline.wait_converged()
+    pipeline.wait_converged(timeout_seconds=300)
     pipeline.stop()
     pipeline.start(connector_status=status, metrics_port=0, metrics_probe_seconds=1.0)
     try:
