@@ -13,6 +13,7 @@ import signal
 import sys
 from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 from importlib.metadata import entry_points
 from pathlib import Path
 from types import FrameType
@@ -22,7 +23,9 @@ from cdc_sync.core.errors import ConfigError
 from cdc_sync.core.settings import Connections, SettingsError
 
 if TYPE_CHECKING:
+    from cdc_sync.job.metrics_export import ConnectorStatus
     from cdc_sync.job.runner import JobOptions
+    from cdc_sync.mapping import MappingFile
 
 log = logging.getLogger("cdc_sync")
 
@@ -59,7 +62,21 @@ def job_options(args: argparse.Namespace, defaults: JobOptions) -> JobOptions:
             if args.sink_retry_horizon is None
             else args.sink_retry_horizon
         ),
+        metrics_port=args.metrics_port,
+        metrics_host=args.metrics_host or defaults.metrics_host,
     )
+
+
+def connector_status(connections: Connections, mapping: MappingFile) -> ConnectorStatus | None:
+    """Reads the mapping's connector status over Kafka Connect REST, when CDC_SYNC_CONNECT_URL
+    is set (for the job's metrics); None otherwise (embedded engine: the slot tells)."""
+    if not connections.connect_url or mapping.connector is None:
+        return None
+    from cdc_sync.connectors.rest import ConnectClient
+    from cdc_sync.debezium.connector import load_connector
+
+    client = ConnectClient(connections.connect_url, timeout=5.0)
+    return partial(client.status, load_connector(mapping.connector).name)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -71,7 +88,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     connections = _connections(args)
     options = job_options(args, JobOptions.defaults(mapping, connections))
     spark = build_spark()
-    job = SyncJob(spark, mapping, connections, options)
+    status = connector_status(connections, mapping) if options.metrics_port is not None else None
+    job = SyncJob(spark, mapping, connections, options, connector_status=status)
     try:
         if args.available_now:
             job.drain()
@@ -148,6 +166,13 @@ def _positive_seconds(text: str) -> float:
     return value
 
 
+def _port(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a TCP port 0-65535 (0: any free), got {value}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cdc-sync", description=_first_line(__doc__))
     parser.add_argument("-v", "--verbose", action="store_true")
@@ -185,6 +210,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="how long a sink that is down, times out or answers 5xx/429 is retried (from the "
         "write's first failure) before the batch fails and the job stops "
         "(default: JobOptions.sink_retry_horizon_seconds, 600)",
+    )
+    run.add_argument(
+        "--metrics-port",
+        type=_port,
+        metavar="PORT",
+        help="serve Prometheus metrics on http://HOST:PORT/metrics (default: off)",
+    )
+    run.add_argument(
+        "--metrics-host",
+        metavar="HOST",
+        help="address the metrics endpoint binds (default 127.0.0.1; 0.0.0.0 in a container)",
     )
     run.add_argument(
         "--available-now", action="store_true", help="process what is in the topics, then stop"

@@ -37,7 +37,7 @@ from cdc_sync.connectors.notifications import (
 )
 from cdc_sync.connectors.rest import ConnectClient, ConnectError
 from cdc_sync.connectors.signals import request_snapshot
-from cdc_sync.connectors.slots import format_slots, list_slots
+from cdc_sync.connectors.slots import format_slots
 from cdc_sync.core.kafka_clients import consumer_config
 from cdc_sync.core.settings import Connections
 from cdc_sync.debezium.connector import (
@@ -48,6 +48,7 @@ from cdc_sync.debezium.connector import (
     same_database,
     source_conninfo,
 )
+from cdc_sync.debezium.slots import list_slots
 
 SECRET_MARKERS = ("password", "secret", "token", "key.pass")
 

@@ -67,6 +67,9 @@ class BatchMetrics:
     offsets: dict[tuple[str, int], int] = field(default_factory=dict)
     # Per routed table, what this batch applied (every sink acknowledged it when observers run).
     tables: dict[TableId, TableProgress] = field(default_factory=dict)
+    # Per (routed table, sink name), what that sink did with the table's changes (`sinks` sums
+    # these per sink): applied / fenced / failed per table and sink for metrics.
+    table_sinks: dict[tuple[TableId, str], WriteResult] = field(default_factory=dict)
 
     def timed(self, stage: str, started: float) -> None:
         self.stages[stage] = self.stages.get(stage, 0.0) + time.monotonic() - started
@@ -244,6 +247,8 @@ class BatchApplier:
                 results[sink.name] = result
             for name, result in results.items():
                 metrics.sinks[name] = metrics.sinks.get(name, WriteResult()).merge(result)
+                per_table = metrics.table_sinks.get((table, name), WriteResult())
+                metrics.table_sinks[(table, name)] = per_table.merge(result)
         if letters:
             if self.dead_letters is None:
                 raise PolicyViolation(

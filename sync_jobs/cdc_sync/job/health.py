@@ -41,6 +41,7 @@ class SinkHealth:
     def __init__(self, sinks: Iterable[str] = ()) -> None:
         self._lock = threading.Lock()
         self._status: dict[str, SinkStatus] = {name: SinkStatus() for name in sinks}
+        self._retries: dict[str, int] = {}  # failed attempts since start, per sink (metrics)
 
     def track(self, sinks: Iterable[str]) -> None:
         """List these sinks (as ok until they report otherwise)."""
@@ -56,6 +57,7 @@ class SinkHealth:
         with self._lock:
             previous = self._status.get(target, SinkStatus())
             failures = previous.failures + 1 if previous.what == what else 1
+            self._retries[target] = self._retries.get(target, 0) + 1
             self._status[target] = SinkStatus(SinkState.WAITING, since, what, error_class, failures)
 
     def recovered(self, target: str, what: str) -> None:
@@ -76,3 +78,8 @@ class SinkHealth:
         """A snapshot: sink name -> status."""
         with self._lock:
             return dict(self._status)
+
+    def retries(self) -> dict[str, int]:
+        """Per sink, the transient failures retried since the job started (every sink listed)."""
+        with self._lock:
+            return {name: self._retries.get(name, 0) for name in self._status}

@@ -25,6 +25,12 @@ from cdc_sync.job.applier import BatchApplier, BatchObserver
 from cdc_sync.job.dead_letter import DeadLetterWriter
 from cdc_sync.job.health import SinkHealth, SinkStatus
 from cdc_sync.job.health_relay import HealthRelay
+from cdc_sync.job.metrics_export import (
+    DEFAULT_METRICS_HOST,
+    DEFAULT_PROBE_SECONDS,
+    ConnectorStatus,
+    MetricsEndpoint,
+)
 from cdc_sync.job.schema_store import FileSchemaStore
 from cdc_sync.job.stream import MicroBatchProcessor
 from cdc_sync.job.task_sinks import TaskSinkSpec
@@ -58,6 +64,11 @@ class JobOptions:
     sink_retry_horizon_seconds: float = DEFAULT_HORIZON_SECONDS
     # Each request to a sink gives up after this long (a hung server fails the attempt).
     sink_request_timeout_seconds: float = DEFAULT_ATTEMPT_TIMEOUT_SECONDS
+    # Prometheus metrics on http://<metrics_host>:<metrics_port>/metrics; None: off, 0: any port.
+    metrics_port: int | None = None
+    metrics_host: str = DEFAULT_METRICS_HOST
+    # How often the broker's end offsets, the slot and the connector are read for the metrics.
+    metrics_probe_seconds: float = DEFAULT_PROBE_SECONDS
 
     def sink_retry(self, observer: RetryObserver | None = None) -> RetryPolicy:
         """The retry policy every sink writes under, reporting to `observer`."""
@@ -132,7 +143,9 @@ class SyncJob:
         connections: Connections,
         options: JobOptions,
         observers: Sequence[BatchObserver] = (),
+        connector_status: ConnectorStatus | None = None,
     ) -> None:
+        """`connector_status`: reads the Kafka Connect connector's status, for the metrics."""
         self.spark = spark
         self.mapping = mapping
         self.connections = connections
@@ -156,6 +169,17 @@ class SyncJob:
             connections.kafka_flavor,
             mapping.dead_letter_topic,
         )
+        self.metrics: MetricsEndpoint | None = None
+        self.metrics_port: int | None = None  # the bound port once serving
+        if options.metrics_port is not None:
+            self.metrics = MetricsEndpoint(
+                connections,
+                mapping.topics(),
+                self.health,
+                connector_status,
+                options.metrics_probe_seconds,
+            )
+            observers = [*observers, self.metrics.metrics.observe]
         # The accepted schemas belong to this query's checkpoint: a new checkpoint, a new baseline.
         self.applier = BatchApplier(
             mapping,
@@ -174,6 +198,9 @@ class SyncJob:
         )
 
     def start(self, available_now: bool = False) -> StreamingQuery:
+        if self.metrics is not None and self.metrics_port is None:
+            port = self.options.metrics_port or 0
+            self.metrics_port = self.metrics.serve(self.options.metrics_host, port)
         for route in self.mapping.tables.values():
             for sink in self.sinks:
                 sink.ensure_target(route, None)
@@ -217,6 +244,8 @@ class SyncJob:
         return self.health.status()
 
     def close(self) -> None:
+        if self.metrics is not None:
+            self.metrics.close()
         for sink in self.sinks:
             sink.close()
         self.dead_letters.close()
