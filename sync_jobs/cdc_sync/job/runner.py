@@ -11,7 +11,7 @@ import psycopg
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from cdc_sync.core.model import KnownSchemas
+from cdc_sync.core.model import KnownSchemas, TableId
 from cdc_sync.core.retry import (
     DEFAULT_ATTEMPT_TIMEOUT_SECONDS,
     DEFAULT_HORIZON_SECONDS,
@@ -25,6 +25,7 @@ from cdc_sync.job.applier import BatchApplier, BatchObserver
 from cdc_sync.job.dead_letter import DeadLetterWriter
 from cdc_sync.job.health import SinkHealth, SinkStatus
 from cdc_sync.job.schema_store import FileSchemaStore
+from cdc_sync.job.status_file import StatusRecorder
 from cdc_sync.job.stream import MicroBatchProcessor
 from cdc_sync.job.unavailable import SourceFiller
 from cdc_sync.mapping import MappingFile, SchemaSource
@@ -129,6 +130,22 @@ def build_sinks(
     return sinks
 
 
+# The route section each sink writes from (sink name -> `TableRoute` attribute).
+ROUTE_SECTIONS = {"search": "search", "redis": "cache", "delta": "delta"}
+
+
+def sink_tables(mapping: MappingFile, sinks: Sequence[Sink]) -> dict[str, list[TableId]]:
+    """Per sink, the routed tables it writes."""
+    return {
+        sink.name: sorted(
+            table
+            for table, route in mapping.tables.items()
+            if getattr(route, ROUTE_SECTIONS.get(sink.name, sink.name), None) is not None
+        )
+        for sink in sinks
+    }
+
+
 def catalog_schemas(mapping: MappingFile, connections: Connections) -> KnownSchemas | None:
     """With `source.schemas: catalog`, the routed tables' schemas, read once from Postgres, as
     the mapping's connector encodes them (its decimal/binary/time modes)."""
@@ -169,6 +186,13 @@ class SyncJob:
             mapping.dead_letter_topic,
         )
         self.filler = SourceFiller(connections.require("pg_url"), converter_modes(mapping))
+        # `cdc-sync status` reads what this writes beside the checkpoint, after every batch.
+        self.status = StatusRecorder(
+            options.checkpoint_dir,
+            mapping.path.stem,
+            sink_tables(mapping, self.sinks),
+            self.health,
+        )
         # The accepted schemas belong to this query's checkpoint: a new checkpoint, a new baseline.
         self.applier = BatchApplier(
             mapping,
@@ -176,7 +200,7 @@ class SyncJob:
             self.dead_letters,
             self.filler,
             FileSchemaStore.beside_checkpoint(options.checkpoint_dir),
-            observers,
+            [*observers, self.status],
         )
         self.processor = MicroBatchProcessor(
             self.applier,
@@ -211,7 +235,9 @@ class SyncJob:
             len(self.mapping.tables),
             self.options.checkpoint_dir,
         )
-        return writer.start()
+        query = writer.start()
+        self.status.start_heartbeat(lambda: query_state(query))
+        return query
 
     def drain(self, timeout_seconds: float = 600) -> None:
         """Process everything in the topics now, then stop (trigger availableNow)."""
@@ -228,7 +254,19 @@ class SyncJob:
         return self.health.status()
 
     def close(self) -> None:
+        self.status.close()
         for sink in self.sinks:
             sink.close()
         self.dead_letters.close()
         self.filler.close()
+
+
+def query_state(query: StreamingQuery) -> tuple[str, str | None]:
+    """running | stopped | failed, and the failure's class and first line."""
+    if query.isActive:
+        return "running", None
+    error = query.exception()
+    if error is None:
+        return "stopped", None
+    first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    return "failed", f"{type(error).__name__}: {first}"[:300]
