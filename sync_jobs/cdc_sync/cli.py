@@ -101,6 +101,35 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 0 if report.converged else 1
 
 
+def cmd_status(args: argparse.Namespace) -> int:
+    import json
+
+    from cdc_sync.job.checkpoint import default_checkpoint_dir
+    from cdc_sync.mapping import load_mapping
+    from cdc_sync.status.gather import gather
+    from cdc_sync.status.render import render, to_json
+    from cdc_sync.status.verdict import Thresholds, judge
+
+    mapping = load_mapping(Path(args.mapping))
+    checkpoint = Path(args.checkpoint) if args.checkpoint else default_checkpoint_dir(mapping.path)
+    connector = Path(args.connector) if args.connector else None
+    snapshot = gather(mapping, _connections(args), checkpoint, connector)
+    verdict = judge(
+        snapshot,
+        Thresholds(
+            max_lag_seconds=args.max_lag_seconds,
+            max_lag_records=args.max_lag_records,
+            stale_after_seconds=args.stale_after,
+            max_slot_fraction=args.max_slot_fraction,
+        ),
+    )
+    if args.json:
+        print(json.dumps(to_json(snapshot, verdict), indent=2))
+    else:
+        print(render(snapshot, verdict))
+    return verdict.exit_code
+
+
 def cmd_mappings_validate(args: argparse.Namespace) -> int:
     import psycopg
 
@@ -148,7 +177,16 @@ def _positive_seconds(text: str) -> float:
     return value
 
 
+def _fraction(text: str) -> float:
+    value = float(text)
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"must be a fraction in (0, 1], got {text}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
+    from cdc_sync.status.verdict import Thresholds
+
     parser = argparse.ArgumentParser(prog="cdc-sync", description=_first_line(__doc__))
     parser.add_argument("-v", "--verbose", action="store_true")
     parser.add_argument("--env-file", help="connection settings file (default .cdc-sync/stack.env)")
@@ -194,6 +232,49 @@ def build_parser() -> argparse.ArgumentParser:
     verify = sub.add_parser("verify", help="compare every sink with the source tables")
     verify.add_argument("--mapping", required=True)
     verify.set_defaults(handler=cmd_verify)
+
+    status = sub.add_parser(
+        "status",
+        help="capture, broker, job and sinks on one screen; exits 0 only when healthy",
+    )
+    status.add_argument("--mapping", required=True)
+    status.add_argument(
+        "--connector", help="connector JSON (default: the mapping's source.connector)"
+    )
+    status.add_argument(
+        "--checkpoint", help="the job's checkpoint dir (default .cdc-sync/checkpoints/<mapping>)"
+    )
+    status.add_argument("--json", action="store_true", help="print the same as JSON")
+    status.add_argument(
+        "--max-lag-seconds",
+        type=_positive_seconds,
+        default=Thresholds.max_lag_seconds,
+        metavar="S",
+        help="lagging when the oldest unprocessed record is older (default %(default)s)",
+    )
+    status.add_argument(
+        "--max-lag-records",
+        type=_non_negative,
+        default=Thresholds.max_lag_records,
+        metavar="N",
+        help="lagging when more records wait across the job's topics (default %(default)s)",
+    )
+    status.add_argument(
+        "--stale-after",
+        type=_positive_seconds,
+        default=Thresholds.stale_after_seconds,
+        metavar="S",
+        help="stopped when the job wrote no heartbeat for this long (default %(default)s)",
+    )
+    status.add_argument(
+        "--max-slot-fraction",
+        type=_fraction,
+        default=Thresholds.max_slot_fraction,
+        metavar="F",
+        help="lagging when the slot retains more than this share of max_slot_wal_keep_size "
+        "(default %(default)s)",
+    )
+    status.set_defaults(handler=cmd_status)
 
     mappings = sub.add_parser("mappings", help="mapping file tools")
     mappings_sub = mappings.add_subparsers(dest="mappings_command", required=True)

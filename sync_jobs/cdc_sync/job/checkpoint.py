@@ -12,7 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from cdc_sync.core.settings import state_dir
 from cdc_sync.source.offsets import PartitionOffsets, loads
+
+
+def default_checkpoint_dir(mapping_path: Path) -> Path:
+    """Where a mapping's job keeps its checkpoint unless told otherwise."""
+    return state_dir() / "checkpoints" / mapping_path.stem
 
 
 @dataclass(frozen=True)

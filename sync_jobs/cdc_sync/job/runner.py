@@ -22,6 +22,7 @@ from cdc_sync.core.retry import (
 from cdc_sync.core.settings import Connections, state_dir
 from cdc_sync.debezium.connector import load_connector
 from cdc_sync.job.applier import BatchApplier, BatchObserver
+from cdc_sync.job.checkpoint import default_checkpoint_dir
 from cdc_sync.job.dead_letter import DeadLetterWriter
 from cdc_sync.job.health import SinkHealth, SinkStatus
 from cdc_sync.job.schema_store import FileSchemaStore
@@ -70,7 +71,7 @@ class JobOptions:
     def defaults(cls, mapping: MappingFile, connections: Connections) -> JobOptions:
         root = state_dir()
         return cls(
-            checkpoint_dir=root / "checkpoints" / mapping.path.stem,
+            checkpoint_dir=default_checkpoint_dir(mapping.path),
             warehouse=Path(connections.warehouse) if connections.warehouse else root / "warehouse",
         )
 
