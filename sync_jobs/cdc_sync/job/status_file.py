@@ -135,6 +135,7 @@ class StatusRecorder:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._query_state: Callable[[], tuple[str, str | None]] | None = None
         now = time.time()
         previous = self._previous()
         # Watermarks outlive restarts on the same checkpoint: an idle table keeps its mark.
@@ -181,6 +182,7 @@ class StatusRecorder:
     def start_heartbeat(self, query_state: Callable[[], tuple[str, str | None]]) -> None:
         """Every `heartbeat_seconds`, record liveness, sink health and `query_state()`:
         (running | stopped | failed, error)."""
+        self._query_state = query_state
         self._thread = threading.Thread(
             target=self._beat, args=(query_state,), name="cdc-sync-status", daemon=True
         )
@@ -203,12 +205,19 @@ class StatusRecorder:
             self._write()
 
     def close(self) -> None:
-        """The job is stopping: end the heartbeat and say so (a failure recorded stays)."""
+        """The job is stopping: end the heartbeat and record how the query ended."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=self.heartbeat_seconds + 5)
-        if self.status.state == "running":
-            self.beat("stopped")
+        if self.status.state != "running":
+            return  # the heartbeat already recorded the end
+        state, error = "stopped", None
+        if self._query_state is not None:
+            try:
+                state, error = self._query_state()
+            except Exception as exc:  # the session may be gone already
+                log.debug("status: query state unavailable at close (%s)", exc)
+        self.beat("stopped" if state == "running" else state, error)
 
     def _write(self) -> None:
         if self.health is not None:
