@@ -19,22 +19,23 @@ from types import FrameType
 from typing import TYPE_CHECKING
 
 from cdc_sync.core.errors import ConfigError
+from cdc_sync.core.logs import CONSOLE
 from cdc_sync.core.settings import Connections, SettingsError
 
 if TYPE_CHECKING:
     from cdc_sync.job.runner import JobOptions
 
-log = logging.getLogger("cdc_sync")
+console = logging.getLogger(CONSOLE)  # shown on the console without -v
 
 
-def _setup_logging(verbose: bool) -> None:
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-    for noisy in ("py4j", "urllib3", "elastic_transport", "opensearch"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+# Commands that run for long and log a lot keep a log file under <state dir>/logs.
+LOGGED_COMMANDS = ("run", "demo", "capture")
+
+
+def _setup_logging(verbose: bool, command: str | None) -> None:
+    from cdc_sync.core.logs import default_log_dir, setup_logging
+
+    setup_logging(verbose, default_log_dir() if command in LOGGED_COMMANDS else None)
 
 
 def _connections(args: argparse.Namespace) -> Connections:
@@ -63,6 +64,7 @@ def job_options(args: argparse.Namespace, defaults: JobOptions) -> JobOptions:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from cdc_sync.core.logs import log_settings
     from cdc_sync.job.runner import JobOptions, SyncJob
     from cdc_sync.job.spark_session import build_spark
     from cdc_sync.mapping import load_mapping
@@ -70,7 +72,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     mapping = load_mapping(Path(args.mapping))
     connections = _connections(args)
     options = job_options(args, JobOptions.defaults(mapping, connections))
-    spark = build_spark()
+    spark = build_spark(jvm_log=log_settings().jvm_log)
     job = SyncJob(spark, mapping, connections, options)
     try:
         if args.available_now:
@@ -79,7 +81,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         query = job.start()
 
         def stop(_signum: int, _frame: FrameType | None) -> None:
-            log.info("stopping the sync job (the current batch finishes first)")
+            console.info("stopping the sync job (the current batch finishes first)")
             query.stop()
 
         signal.signal(signal.SIGINT, stop)
@@ -327,14 +329,14 @@ def main(argv: list[str] | None = None) -> int:
     passthrough = _passthrough()
     if command_index is not None and argv[command_index] in passthrough:
         args = parser.parse_args(argv[: command_index + 1])
-        _setup_logging(args.verbose)
+        _setup_logging(args.verbose, argv[command_index])
         handler = passthrough[argv[command_index]]
         rest = argv[command_index + 1 :]
         if args.env_file:
             rest = ["--env-file", args.env_file, *rest]
         return _guarded(lambda: handler(args, rest))
     args = parser.parse_args(argv)
-    _setup_logging(args.verbose)
+    _setup_logging(args.verbose, args.command)
     return _guarded(lambda: int(args.handler(args)))
 
 

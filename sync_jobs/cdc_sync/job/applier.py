@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from cdc_sync.core.model import Change, Coordinates, TableId
+from cdc_sync.core.model import Change, Coordinates, Op, TableId
 from cdc_sync.job.dead_letter import DeadLetter, DeadLetterWriter
 from cdc_sync.job.schema_changes import SchemaTracker
 from cdc_sync.job.schema_store import SchemaStore
@@ -52,6 +52,7 @@ class TableProgress:
     changes: int = 0
     max_version: int | None = None
     max_source_ts_ms: int | None = None
+    snapshot_rows: int = 0  # changes that are snapshot reads (op r): the initial-load progress
 
     def add(self, change: Change) -> TableProgress:
         ts = change.source_ts_ms
@@ -59,6 +60,7 @@ class TableProgress:
             self.changes + 1,
             change.version if self.max_version is None else max(self.max_version, change.version),
             ts if self.max_source_ts_ms is None or ts is None else max(self.max_source_ts_ms, ts),
+            self.snapshot_rows + (change.op is Op.READ),
         )
 
 
@@ -171,7 +173,7 @@ class BatchApplier:
             metrics.timed("dead_letter", letters_started)
         metrics.dead_lettered = len(letters)
         metrics.seconds = time.monotonic() - started
-        log.info("%s", metrics.summary())
+        log.info("%s", metrics.summary())  # the detailed line: the log file, or the console with -v
         self.history.append(metrics)
         for observe in self.observers:
             observe(metrics)

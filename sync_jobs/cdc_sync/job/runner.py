@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,6 +12,7 @@ import psycopg
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
+from cdc_sync.core.logs import CONSOLE
 from cdc_sync.core.model import KnownSchemas, TableId
 from cdc_sync.core.retry import (
     DEFAULT_ATTEMPT_TIMEOUT_SECONDS,
@@ -22,7 +24,8 @@ from cdc_sync.core.retry import (
 from cdc_sync.core.settings import Connections, state_dir
 from cdc_sync.debezium.connector import load_connector
 from cdc_sync.job.applier import BatchApplier, BatchObserver
-from cdc_sync.job.checkpoint import default_checkpoint_dir
+from cdc_sync.job.checkpoint import default_checkpoint_dir, processed_offsets
+from cdc_sync.job.console import BatchLine, SnapshotProgress, catalog_estimates
 from cdc_sync.job.dead_letter import DeadLetterWriter
 from cdc_sync.job.health import SinkHealth, SinkStatus
 from cdc_sync.job.schema_store import FileSchemaStore
@@ -58,6 +61,8 @@ class JobOptions:
     sink_retry_horizon_seconds: float = DEFAULT_HORIZON_SECONDS
     # Each request to a sink gives up after this long (a hung server fails the attempt).
     sink_request_timeout_seconds: float = DEFAULT_ATTEMPT_TIMEOUT_SECONDS
+    # The initial snapshot's live progress view; None: when stdout is a terminal.
+    snapshot_progress: bool | None = None
 
     def sink_retry(self, observer: RetryObserver | None = None) -> RetryPolicy:
         """The retry policy every sink writes under, reporting to `observer`."""
@@ -194,6 +199,8 @@ class SyncJob:
             sink_tables(mapping, self.sinks),
             self.health,
         )
+        self.progress = snapshot_progress(mapping, connections, options)
+        console = [BatchLine()] + ([self.progress] if self.progress else [])
         # The accepted schemas belong to this query's checkpoint: a new checkpoint, a new baseline.
         self.applier = BatchApplier(
             mapping,
@@ -201,7 +208,7 @@ class SyncJob:
             self.dead_letters,
             self.filler,
             FileSchemaStore.beside_checkpoint(options.checkpoint_dir),
-            [*observers, self.status],
+            [*observers, self.status, *console],
         )
         self.processor = MicroBatchProcessor(
             self.applier,
@@ -231,11 +238,13 @@ class SyncJob:
             writer = writer.trigger(availableNow=True)
         else:
             writer = writer.trigger(processingTime=f"{self.options.trigger_seconds} seconds")
-        log.info(
+        logging.getLogger(CONSOLE).info(
             "sync job started: %d tables, checkpoint %s",
             len(self.mapping.tables),
             self.options.checkpoint_dir,
         )
+        if self.progress is not None:
+            self.progress.start()
         query = writer.start()
         self.status.start_heartbeat(lambda: query_state(query))
         return query
@@ -255,11 +264,26 @@ class SyncJob:
         return self.health.status()
 
     def close(self) -> None:
+        if self.progress is not None:
+            self.progress.close()
         self.status.close()
         for sink in self.sinks:
             sink.close()
         self.dead_letters.close()
         self.filler.close()
+
+
+def snapshot_progress(
+    mapping: MappingFile, connections: Connections, options: JobOptions
+) -> SnapshotProgress | None:
+    """The snapshot progress view when wanted (default: stdout is a terminal); it opens at start
+    on a fresh checkpoint, where the initial load is coming."""
+    wanted = sys.stdout.isatty() if options.snapshot_progress is None else options.snapshot_progress
+    if not wanted:
+        return None
+    with psycopg.connect(connections.require("pg_url")) as conn:
+        estimates = catalog_estimates(conn, list(mapping.tables))
+    return SnapshotProgress(estimates, processed_offsets(options.checkpoint_dir) is None)
 
 
 def query_state(query: StreamingQuery) -> tuple[str, str | None]:
