@@ -237,7 +237,7 @@ def test_recorder_notices_the_query_ending(tmp_path: Path) -> None:
 
 def test_unreadable_status_file_names_the_file(tmp_path: Path) -> None:
     (tmp_path / "cdc_sync_status.json").write_text("{")
-    with pytest.raises(ValueError, match="cdc_sync_status.json: unreadable job status"):
+    with pytest.raises(ValueError, match=r"cdc_sync_status\.json: unreadable job status"):
         read_status(tmp_path)
 
 
@@ -267,3 +267,14 @@ def test_checkpoint_reader_rejects_a_foreign_file(tmp_path: Path) -> None:
         (tmp_path / folder / "0").write_text("garbage")
     with pytest.raises(ValueError, match="not a Spark offset log entry"):
         processed_offsets(tmp_path)
+
+
+def test_table_progress_keeps_the_newest_commit_time_past_a_change_without_one() -> None:
+    from cdc_sync.core.model import Change, Coordinates, Op
+
+    def change(version: int, ts: int | None) -> Change:
+        return Change(CUSTOMERS, (("id", 1),), Op.DELETE, version, None, Coordinates("t", 0, 0), ts)
+
+    progress = TableProgress().add(change(5, 1_000)).add(change(6, None))  # a tombstone delete
+    assert (progress.max_version, progress.max_source_ts_ms) == (6, 1_000)
+    assert TableProgress().add(change(1, None)).max_source_ts_ms is None

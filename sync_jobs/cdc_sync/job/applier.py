@@ -59,7 +59,8 @@ class TableProgress:
         return TableProgress(
             self.changes + 1,
             change.version if self.max_version is None else max(self.max_version, change.version),
-            ts if self.max_source_ts_ms is None or ts is None else max(self.max_source_ts_ms, ts),
+            # A change without a commit time (a delete known from a Kafka tombstone) keeps the max.
+            self.max_source_ts_ms if ts is None else max(self.max_source_ts_ms or ts, ts),
             self.snapshot_rows + (change.op is Op.READ),
         )
 

@@ -58,6 +58,7 @@ def render(s: Snapshot, verdict: Verdict) -> str:
         f"job       {_job(s)}",
         f"sinks     {_sinks(s)}",
         f"batch     {_batch(s)}",
+        f"stages    {_stages(s)}",
         f"dead letters  {'?' if s.dead_letters is None else s.dead_letters} record(s) "
         f"on {s.dead_letter_topic}",
         "",
@@ -139,12 +140,18 @@ def _batch(s: Snapshot) -> str:
     batch = s.job.last_batch if s.job else None
     if batch is None:
         return "- (none yet)"
-    stages = " ".join(f"{name} {took:.2f}" for name, took in batch.stages.items())
     return (
         f"{batch.batch_id} finished {age(s.taken_at - batch.finished_at)} ago: "
         f"{batch.records} records, {batch.compacted} changes, {batch.dead_lettered} dead-lettered "
-        f"in {batch.seconds:.2f} s ({stages})"
+        f"in {batch.seconds:.2f} s"
     )
+
+
+def _stages(s: Snapshot) -> str:
+    batch = s.job.last_batch if s.job else None
+    if batch is None:
+        return "-"
+    return ", ".join(f"{name} {took:.2f} s" for name, took in batch.stages.items())
 
 
 def to_json(s: Snapshot, verdict: Verdict) -> dict[str, Any]:
