@@ -179,6 +179,13 @@ def _positive_seconds(text: str) -> float:
     return value
 
 
+def _count(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or positive, got {value}")
+    return value
+
+
 def _fraction(text: str) -> float:
     value = float(text)
     if not 0 < value <= 1:
@@ -256,7 +263,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     status.add_argument(
         "--max-lag-records",
-        type=_non_negative,
+        type=_count,
         default=Thresholds.max_lag_records,
         metavar="N",
         help="lagging when more records wait across the job's topics (default %(default)s)",
