@@ -11,6 +11,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from psycopg import sql
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -58,17 +59,32 @@ class BatchLine:
         console_log.info("%s", batch_line(metrics))
 
 
+# A table the catalog has no estimate for (never analyzed) is counted when at most this big.
+EXACT_COUNT_MAX_BYTES = 64 * 1024 * 1024
+
+
 def catalog_estimates(conn: Any, tables: list[TableId]) -> dict[TableId, int | None]:
-    """Rows per table as the catalog estimates them (`pg_class.reltuples`); None where the
-    table was never analyzed (reltuples -1) or is missing."""
+    """Rows per table as the catalog estimates them (`pg_class.reltuples`). A table never
+    analyzed (reltuples -1) is counted exactly when small; else, or when missing, None."""
     estimates: dict[TableId, int | None] = {}
     for table in tables:
         row = conn.execute(
-            "SELECT c.reltuples FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "SELECT c.reltuples, pg_relation_size(c.oid) FROM pg_class c "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace "
             "WHERE n.nspname = %s AND c.relname = %s",
             (table.schema, table.table),
         ).fetchone()
-        estimates[table] = int(row[0]) if row is not None and row[0] >= 0 else None
+        if row is None:
+            estimates[table] = None
+        elif row[0] >= 0:
+            estimates[table] = int(row[0])
+        elif row[1] <= EXACT_COUNT_MAX_BYTES:
+            quoted = sql.SQL("SELECT count(*) FROM {}.{}").format(
+                sql.Identifier(table.schema), sql.Identifier(table.table)
+            )
+            estimates[table] = int(conn.execute(quoted).fetchone()[0])
+        else:
+            estimates[table] = None
     return estimates
 
 
