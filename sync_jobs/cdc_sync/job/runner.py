@@ -200,7 +200,8 @@ class SyncJob:
             self.health,
         )
         self.progress = snapshot_progress(mapping, connections, options)
-        console = [BatchLine()] + ([self.progress] if self.progress else [])
+        # The progress view first: its summary line precedes the batch line that ended it.
+        console = ([self.progress] if self.progress else []) + [BatchLine()]
         # The accepted schemas belong to this query's checkpoint: a new checkpoint, a new baseline.
         self.applier = BatchApplier(
             mapping,

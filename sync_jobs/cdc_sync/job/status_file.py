@@ -76,7 +76,8 @@ class JobStatus:
     dead_lettered: int = 0  # since this process started the job
 
     def to_json(self) -> str:
-        return json.dumps({"format": FORMAT, **asdict(self)}, indent=1, sort_keys=True) + "\n"
+        # Not key-sorted: stages keep their pipeline order (decode, fold, fill, sinks).
+        return json.dumps({"format": FORMAT, **asdict(self)}, indent=1) + "\n"
 
     @classmethod
     def from_json(cls, text: str) -> JobStatus:
