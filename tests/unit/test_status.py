@@ -278,3 +278,20 @@ def test_table_progress_keeps_the_newest_commit_time_past_a_change_without_one()
     progress = TableProgress().add(change(5, 1_000)).add(change(6, None))  # a tombstone delete
     assert (progress.max_version, progress.max_source_ts_ms) == (6, 1_000)
     assert TableProgress().add(change(1, None)).max_source_ts_ms is None
+
+
+def test_recorder_follows_a_restarted_query(tmp_path: Path) -> None:
+    import time
+
+    recorder = StatusRecorder(tmp_path, "shop", {}, heartbeat_seconds=0.05)
+    recorder.start_heartbeat(lambda: ("stopped", None))  # e.g. an availableNow drain ended
+    time.sleep(0.5)
+    first = read_status(tmp_path)
+    assert first is not None and first.state == "stopped"
+    recorder.start_heartbeat(lambda: ("running", None))
+    time.sleep(0.2)
+    again = read_status(tmp_path)
+    assert again is not None and again.state == "running"
+    recorder.close()
+    closed = read_status(tmp_path)
+    assert closed is not None and closed.state == "stopped"

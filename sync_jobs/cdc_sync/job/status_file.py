@@ -184,15 +184,18 @@ class StatusRecorder:
         """Every `heartbeat_seconds`, record liveness, sink health and `query_state()`:
         (running | stopped | failed, error)."""
         self._query_state = query_state
-        self._thread = threading.Thread(
-            target=self._beat, args=(query_state,), name="cdc-sync-status", daemon=True
-        )
+        if self._thread is not None and self._thread.is_alive():
+            return  # a restarted query: the running heartbeat asks the new `query_state`
+        self.beat()
+        self._thread = threading.Thread(target=self._beat, name="cdc-sync-status", daemon=True)
         self._thread.start()
 
-    def _beat(self, query_state: Callable[[], tuple[str, str | None]]) -> None:
+    def _beat(self) -> None:
         while not self._stop.wait(self.heartbeat_seconds):
+            if self._query_state is None:
+                continue
             try:
-                state, error = query_state()
+                state, error = self._query_state()
             except Exception as exc:  # the session is going away; close() writes the end
                 log.debug("status heartbeat: query state unavailable (%s)", exc)
                 continue
