@@ -259,7 +259,7 @@ class BatchApplier:
             metrics.timed("dead_letter", letters_started)
         metrics.dead_lettered = len(letters)
         metrics.seconds = time.monotonic() - plan.started
-        log.info("%s", metrics.summary())
+        log.info("%s", metrics.summary())  # the detailed line: the log file, or the console with -v
         self.history.append(metrics)
         for observe in self.observers:
             observe(metrics)

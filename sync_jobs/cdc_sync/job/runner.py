@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,7 +13,8 @@ import psycopg
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from cdc_sync.core.model import KnownSchemas
+from cdc_sync.core.logs import CONSOLE
+from cdc_sync.core.model import KnownSchemas, TableId
 from cdc_sync.core.retry import (
     DEFAULT_ATTEMPT_TIMEOUT_SECONDS,
     DEFAULT_HORIZON_SECONDS,
@@ -22,6 +24,8 @@ from cdc_sync.core.retry import (
 from cdc_sync.core.settings import Connections, state_dir
 from cdc_sync.debezium.connector import load_connector
 from cdc_sync.job.applier import BatchApplier, BatchObserver
+from cdc_sync.job.checkpoint import default_checkpoint_dir, processed_offsets
+from cdc_sync.job.console import BatchLine, SnapshotProgress, catalog_estimates
 from cdc_sync.job.dead_letter import DeadLetterWriter
 from cdc_sync.job.health import SinkHealth, SinkStatus
 from cdc_sync.job.health_relay import HealthRelay
@@ -32,6 +36,7 @@ from cdc_sync.job.metrics_export import (
     MetricsEndpoint,
 )
 from cdc_sync.job.schema_store import FileSchemaStore
+from cdc_sync.job.status_file import StatusRecorder
 from cdc_sync.job.stream import MicroBatchProcessor
 from cdc_sync.job.task_sinks import TaskSinkSpec
 from cdc_sync.job.version_floors import FileVersionFloors
@@ -69,6 +74,8 @@ class JobOptions:
     metrics_host: str = DEFAULT_METRICS_HOST
     # How often the broker's end offsets, the slot and the connector are read for the metrics.
     metrics_probe_seconds: float = DEFAULT_PROBE_SECONDS
+    # The initial snapshot's live progress view; None: when stdout is a terminal.
+    snapshot_progress: bool | None = None
 
     def sink_retry(self, observer: RetryObserver | None = None) -> RetryPolicy:
         """The retry policy every sink writes under, reporting to `observer`."""
@@ -82,7 +89,7 @@ class JobOptions:
     def defaults(cls, mapping: MappingFile, connections: Connections) -> JobOptions:
         root = state_dir()
         return cls(
-            checkpoint_dir=root / "checkpoints" / mapping.path.stem,
+            checkpoint_dir=default_checkpoint_dir(mapping.path),
             warehouse=Path(connections.warehouse) if connections.warehouse else root / "warehouse",
         )
 
@@ -113,6 +120,22 @@ def build_delta_sink(
     writer = DeltaSparkWriter(spark, warehouse, retention) if delta_spark_available(spark) else None
     log.info("Delta writes through %s", "delta-spark" if writer else "deltalake (delta-rs)")
     return DeltaSink(warehouse, retention, writer, retry)
+
+
+# The route section each sink writes from (sink name -> `TableRoute` attribute).
+ROUTE_SECTIONS = {"search": "search", "redis": "cache", "delta": "delta"}
+
+
+def sink_tables(mapping: MappingFile, sinks: Sequence[Sink]) -> dict[str, list[TableId]]:
+    """Per sink, the routed tables it writes."""
+    return {
+        sink.name: sorted(
+            table
+            for table, route in mapping.tables.items()
+            if getattr(route, ROUTE_SECTIONS.get(sink.name, sink.name), None) is not None
+        )
+        for sink in sinks
+    }
 
 
 def catalog_schemas(mapping: MappingFile, connections: Connections) -> KnownSchemas | None:
@@ -180,6 +203,16 @@ class SyncJob:
                 options.metrics_probe_seconds,
             )
             observers = [*observers, self.metrics.metrics.observe]
+        # `cdc-sync status` reads what this writes beside the checkpoint, after every batch.
+        self.status = StatusRecorder(
+            options.checkpoint_dir,
+            mapping.path.stem,
+            sink_tables(mapping, self.sinks),
+            self.health,
+        )
+        self.progress = snapshot_progress(mapping, connections, options)
+        # The progress view first: its summary line precedes the batch line that ended it.
+        console = ([self.progress] if self.progress else []) + [BatchLine()]
         # The accepted schemas belong to this query's checkpoint: a new checkpoint, a new baseline.
         self.applier = BatchApplier(
             mapping,
@@ -187,7 +220,7 @@ class SyncJob:
             self.dead_letters,
             None,  # the TOAST fill runs in the write tasks (spec.pg_url)
             FileSchemaStore.beside_checkpoint(options.checkpoint_dir),
-            observers,
+            [*observers, self.status, *console],
         )
         self.processor = MicroBatchProcessor(
             self.applier,
@@ -222,12 +255,16 @@ class SyncJob:
             writer = writer.trigger(availableNow=True)
         else:
             writer = writer.trigger(processingTime=f"{self.options.trigger_seconds} seconds")
-        log.info(
+        logging.getLogger(CONSOLE).info(
             "sync job started: %d tables, checkpoint %s",
             len(self.mapping.tables),
             self.options.checkpoint_dir,
         )
-        return writer.start()
+        if self.progress is not None:
+            self.progress.start()
+        query = writer.start()
+        self.status.start_heartbeat(lambda: query_state(query))
+        return query
 
     def drain(self, timeout_seconds: float = 600) -> None:
         """Process everything in the topics now, then stop (trigger availableNow)."""
@@ -246,7 +283,34 @@ class SyncJob:
     def close(self) -> None:
         if self.metrics is not None:
             self.metrics.close()
+        if self.progress is not None:
+            self.progress.close()
+        self.status.close()
         for sink in self.sinks:
             sink.close()
         self.dead_letters.close()
         self.relay.close()
+
+
+def snapshot_progress(
+    mapping: MappingFile, connections: Connections, options: JobOptions
+) -> SnapshotProgress | None:
+    """The snapshot progress view when wanted (default: stdout is a terminal); it opens at start
+    on a fresh checkpoint, where the initial load is coming."""
+    wanted = sys.stdout.isatty() if options.snapshot_progress is None else options.snapshot_progress
+    if not wanted:
+        return None
+    with psycopg.connect(connections.require("pg_url")) as conn:
+        estimates = catalog_estimates(conn, list(mapping.tables))
+    return SnapshotProgress(estimates, processed_offsets(options.checkpoint_dir) is None)
+
+
+def query_state(query: StreamingQuery) -> tuple[str, str | None]:
+    """running | stopped | failed, and the failure's class and first line."""
+    if query.isActive:
+        return "running", None
+    error = query.exception()
+    if error is None:
+        return "stopped", None
+    first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    return "failed", f"{type(error).__name__}: {first}"[:300]

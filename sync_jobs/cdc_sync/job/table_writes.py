@@ -13,7 +13,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from cdc_sync.core.model import Change, TableId
+from cdc_sync.core.model import Change, Op, TableId
 from cdc_sync.job.schema_changes import SchemaState
 from cdc_sync.job.unavailable import SourceFiller
 from cdc_sync.mapping import TableRoute
@@ -28,9 +28,12 @@ class TableProgress:
     changes: int = 0
     max_version: int | None = None
     max_source_ts_ms: int | None = None
+    snapshot_rows: int = 0  # changes that are snapshot reads (op r): the initial-load progress
 
     def add(self, change: Change) -> TableProgress:
-        return self.combine(TableProgress(1, change.version, change.source_ts_ms))
+        return self.combine(
+            TableProgress(1, change.version, change.source_ts_ms, int(change.op is Op.READ))
+        )
 
     def combine(self, other: TableProgress) -> TableProgress:
         """Both shares of a table (two input partitions of one batch) together."""
@@ -38,6 +41,7 @@ class TableProgress:
             self.changes + other.changes,
             _max(self.max_version, other.max_version),
             _max(self.max_source_ts_ms, other.max_source_ts_ms),
+            self.snapshot_rows + other.snapshot_rows,
         )
 
 

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cdc_sync.job.schema_store import write_atomically
+from cdc_sync.core.files import write_atomically
 
 log = logging.getLogger(__name__)
 
