@@ -6,6 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 SOAK_ARGS ?= --changes 100000
+BENCH_ARGS ?=
 
 .DEFAULT_GOAL := help
 
@@ -38,8 +39,11 @@ lint: install ## ruff + mypy + import contracts (layers only point down)
 	$(BIN)/mypy
 	PYTHONPATH=sync_jobs:connectors:infra $(BIN)/lint-imports
 
-bench: install ## benchmarks (print numbers; not part of the tests)
-	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+bench: install ## benchmarks: Kafka source read rate, then end-to-end (BENCH_ARGS, e.g. --quick)
+	@echo "== benchmarks/bench_kafka_source.py"
+	$(BIN)/python benchmarks/bench_kafka_source.py
+	@echo "== benchmarks/bench_e2e.py $(BENCH_ARGS)"
+	PYTHONPATH=. $(BIN)/python benchmarks/bench_e2e.py $(BENCH_ARGS)
 
 soak: install ## adversarial soak: ~100k changes, kill -9 / capture restart / cache loss repeated (SOAK_ARGS)
 	PYTHONPATH=sync_jobs:connectors:infra:. $(BIN)/python -m tests.adversarial.soak $(SOAK_ARGS)

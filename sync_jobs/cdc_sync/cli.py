@@ -13,28 +13,32 @@ import signal
 import sys
 from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 from importlib.metadata import entry_points
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
 
 from cdc_sync.core.errors import ConfigError
+from cdc_sync.core.logs import CONSOLE
 from cdc_sync.core.settings import Connections, SettingsError
 
 if TYPE_CHECKING:
+    from cdc_sync.job.metrics_export import ConnectorStatus
     from cdc_sync.job.runner import JobOptions
+    from cdc_sync.mapping import MappingFile
 
-log = logging.getLogger("cdc_sync")
+console = logging.getLogger(CONSOLE)  # shown on the console without -v
 
 
-def _setup_logging(verbose: bool) -> None:
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-    for noisy in ("py4j", "urllib3", "elastic_transport", "opensearch"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+# Commands that run for long and log a lot keep a log file under <state dir>/logs.
+LOGGED_COMMANDS = ("run", "demo", "capture")
+
+
+def _setup_logging(verbose: bool, command: str | None) -> None:
+    from cdc_sync.core.logs import default_log_dir, setup_logging
+
+    setup_logging(verbose, default_log_dir() if command in LOGGED_COMMANDS else None)
 
 
 def _connections(args: argparse.Namespace) -> Connections:
@@ -60,10 +64,25 @@ def job_options(args: argparse.Namespace, defaults: JobOptions) -> JobOptions:
             else args.sink_retry_horizon
         ),
         maintain_every_batches=args.maintain_every or defaults.maintain_every_batches,
+        metrics_port=args.metrics_port,
+        metrics_host=args.metrics_host or defaults.metrics_host,
     )
 
 
+def connector_status(connections: Connections, mapping: MappingFile) -> ConnectorStatus | None:
+    """Reads the mapping's connector status over Kafka Connect REST, when CDC_SYNC_CONNECT_URL
+    is set (for the job's metrics); None otherwise (embedded engine: the slot tells)."""
+    if not connections.connect_url or mapping.connector is None:
+        return None
+    from cdc_sync.connectors.rest import ConnectClient
+    from cdc_sync.debezium.connector import load_connector
+
+    client = ConnectClient(connections.connect_url, timeout=5.0)
+    return partial(client.status, load_connector(mapping.connector).name)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
+    from cdc_sync.core.logs import log_settings
     from cdc_sync.job.runner import JobOptions, SyncJob
     from cdc_sync.job.spark_session import build_spark
     from cdc_sync.mapping import load_mapping
@@ -71,8 +90,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     mapping = load_mapping(Path(args.mapping))
     connections = _connections(args)
     options = job_options(args, JobOptions.defaults(mapping, connections))
-    spark = build_spark()
-    job = SyncJob(spark, mapping, connections, options)
+    spark = build_spark(jvm_log=log_settings().jvm_log)
+    status = connector_status(connections, mapping) if options.metrics_port is not None else None
+    job = SyncJob(spark, mapping, connections, options, connector_status=status)
     try:
         if args.available_now:
             job.drain()
@@ -80,7 +100,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         query = job.start()
 
         def stop(_signum: int, _frame: FrameType | None) -> None:
-            log.info("stopping the sync job (the current batch finishes first)")
+            console.info("stopping the sync job (the current batch finishes first)")
             query.stop()
 
         signal.signal(signal.SIGINT, stop)
@@ -162,6 +182,35 @@ def cmd_maintain(args: argparse.Namespace) -> int:
     ]
     print(format_upkeep(results, args.dry_run) if results else "no Delta tables to maintain")
     return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    import json
+
+    from cdc_sync.job.checkpoint import default_checkpoint_dir
+    from cdc_sync.mapping import load_mapping
+    from cdc_sync.status.gather import gather
+    from cdc_sync.status.render import render, to_json
+    from cdc_sync.status.verdict import Thresholds, judge
+
+    mapping = load_mapping(Path(args.mapping))
+    checkpoint = Path(args.checkpoint) if args.checkpoint else default_checkpoint_dir(mapping.path)
+    connector = Path(args.connector) if args.connector else None
+    snapshot = gather(mapping, _connections(args), checkpoint, connector)
+    verdict = judge(
+        snapshot,
+        Thresholds(
+            max_lag_seconds=args.max_lag_seconds,
+            max_lag_records=args.max_lag_records,
+            stale_after_seconds=args.stale_after,
+            max_slot_fraction=args.max_slot_fraction,
+        ),
+    )
+    if args.json:
+        print(json.dumps(to_json(snapshot, verdict), indent=2))
+    else:
+        print(render(snapshot, verdict))
+    return verdict.exit_code
 
 
 def cmd_mappings_validate(args: argparse.Namespace) -> int:
@@ -255,7 +304,30 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _port(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a TCP port 0-65535 (0: any free), got {value}")
+    return value
+
+
+def _count(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or positive, got {value}")
+    return value
+
+
+def _fraction(text: str) -> float:
+    value = float(text)
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"must be a fraction in (0, 1], got {text}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
+    from cdc_sync.status.verdict import Thresholds
+
     parser = argparse.ArgumentParser(prog="cdc-sync", description=_first_line(__doc__))
     parser.add_argument("-v", "--verbose", action="store_true")
     parser.add_argument("--env-file", help="connection settings file (default .cdc-sync/stack.env)")
@@ -301,6 +373,17 @@ def build_parser() -> argparse.ArgumentParser:
         "between batches (default: off)",
     )
     run.add_argument(
+        "--metrics-port",
+        type=_port,
+        metavar="PORT",
+        help="serve Prometheus metrics on http://HOST:PORT/metrics (default: off)",
+    )
+    run.add_argument(
+        "--metrics-host",
+        metavar="HOST",
+        help="address the metrics endpoint binds (default 127.0.0.1; 0.0.0.0 in a container)",
+    )
+    run.add_argument(
         "--available-now", action="store_true", help="process what is in the topics, then stop"
     )
     run.set_defaults(handler=cmd_run)
@@ -339,6 +422,49 @@ def build_parser() -> argparse.ArgumentParser:
         "--dry-run", action="store_true", help="report what would be done; change nothing"
     )
     maintain.set_defaults(handler=cmd_maintain)
+
+    status = sub.add_parser(
+        "status",
+        help="capture, broker, job and sinks on one screen; exits 0 only when healthy",
+    )
+    status.add_argument("--mapping", required=True)
+    status.add_argument(
+        "--connector", help="connector JSON (default: the mapping's source.connector)"
+    )
+    status.add_argument(
+        "--checkpoint", help="the job's checkpoint dir (default .cdc-sync/checkpoints/<mapping>)"
+    )
+    status.add_argument("--json", action="store_true", help="print the same as JSON")
+    status.add_argument(
+        "--max-lag-seconds",
+        type=_positive_seconds,
+        default=Thresholds.max_lag_seconds,
+        metavar="S",
+        help="lagging when the oldest unprocessed record is older (default %(default)s)",
+    )
+    status.add_argument(
+        "--max-lag-records",
+        type=_count,
+        default=Thresholds.max_lag_records,
+        metavar="N",
+        help="lagging when more records wait across the job's topics (default %(default)s)",
+    )
+    status.add_argument(
+        "--stale-after",
+        type=_positive_seconds,
+        default=Thresholds.stale_after_seconds,
+        metavar="S",
+        help="stopped when the job wrote no heartbeat for this long (default %(default)s)",
+    )
+    status.add_argument(
+        "--max-slot-fraction",
+        type=_fraction,
+        default=Thresholds.max_slot_fraction,
+        metavar="F",
+        help="lagging when the slot retains more than this share of max_slot_wal_keep_size "
+        "(default %(default)s)",
+    )
+    status.set_defaults(handler=cmd_status)
 
     mappings = sub.add_parser("mappings", help="mapping file tools")
     mappings_sub = mappings.add_subparsers(dest="mappings_command", required=True)
@@ -391,14 +517,14 @@ def main(argv: list[str] | None = None) -> int:
     passthrough = _passthrough()
     if command_index is not None and argv[command_index] in passthrough:
         args = parser.parse_args(argv[: command_index + 1])
-        _setup_logging(args.verbose)
+        _setup_logging(args.verbose, argv[command_index])
         handler = passthrough[argv[command_index]]
         rest = argv[command_index + 1 :]
         if args.env_file:
             rest = ["--env-file", args.env_file, *rest]
         return _guarded(lambda: handler(args, rest))
     args = parser.parse_args(argv)
-    _setup_logging(args.verbose)
+    _setup_logging(args.verbose, args.command)
     return _guarded(lambda: int(args.handler(args)))
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from pathlib import Path
+from typing import Any
 
 import psycopg
 from pyspark.sql import SparkSession
@@ -17,6 +18,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from cdc_sync.core.model import TableId
 from cdc_sync.core.settings import Connections
+from cdc_sync.job.metrics_export import ConnectorStatus
 from cdc_sync.job.runner import JobOptions, SyncJob
 from cdc_sync.mapping import MappingFile, load_mapping
 from cdc_sync.verify.compare import Report, primary_key, verify_all
@@ -50,9 +52,22 @@ class SyncHarness:
             query_name=f"cdc-sync-{self.mapping.topic_prefix}-{checkpoint}",
         )
 
-    def start(self, checkpoint: str = "main") -> None:
+    def start(
+        self,
+        checkpoint: str = "main",
+        connector_status: ConnectorStatus | None = None,
+        **options: Any,
+    ) -> None:
+        """`options`: JobOptions fields to change (e.g. metrics_port)."""
         assert self.query is None, "the job is already running"
-        self.job = SyncJob(self.spark, self.mapping, self.connections, self.options(checkpoint))
+        job_options = dataclasses.replace(self.options(checkpoint), **options)
+        self.job = SyncJob(
+            self.spark,
+            self.mapping,
+            self.connections,
+            job_options,
+            connector_status=connector_status,
+        )
         self.query = self.job.start()
 
     def stop(self) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
 import re
 import shutil
@@ -12,10 +14,18 @@ from typing import Any
 import pytest
 import yaml
 
+from cdc_sync.cli import build_parser
 from cdc_sync.connectors.ops import placeholder_env
+from cdc_sync.core.model import TableId
 from cdc_sync.core.settings import Connections
 from cdc_sync.debezium.connector import PLACEHOLDER, load_connector, source_conninfo
+from cdc_sync.debezium.slots import Slot
+from cdc_sync.job.applier import BatchMetrics, TableProgress
+from cdc_sync.job.capture_probes import CaptureReadings, ConnectorState
+from cdc_sync.job.health import SinkHealth
+from cdc_sync.job.metrics import JobMetrics
 from cdc_sync.mapping import load_mapping
+from cdc_sync.sinks.base import WriteResult
 
 pytestmark = pytest.mark.unit
 INFRA = Path("infra")
@@ -152,3 +162,94 @@ def test_connector_commands_in_the_job_image_reach_the_workers_database(
     worker = {k: str(v) for k, v in services["connect"]["environment"].items()}
     ops = placeholder_env(Connections.load())
     assert source_conninfo(connector, ops) == source_conninfo(connector, worker)
+
+
+# Metrics: the job serves them, Prometheus scrapes them, Grafana shows them (files only here).
+PROMETHEUS_CONFIG = INFRA / "prometheus" / "prometheus.yml"
+GRAFANA = INFRA / "grafana"
+DASHBOARD = GRAFANA / "dashboards" / "cdc-sync.json"
+
+
+def _job_run_args(services: dict[str, Any]) -> argparse.Namespace:
+    command = services["sync-job"]["command"]
+    assert command[0] == "cdc-sync"
+    return build_parser().parse_args(command[1:])
+
+
+def _mounted_sources(service: dict[str, Any]) -> list[Path]:
+    """The service's bind-mounted files and folders, relative to the compose file."""
+    sources = [str(volume).split(":")[0] for volume in service.get("volumes", [])]
+    return [INFRA / source for source in sources if source.startswith(".")]
+
+
+def test_prometheus_scrapes_the_jobs_metrics_port(services: dict[str, Any]) -> None:
+    args = _job_run_args(services)
+    assert args.metrics_port, "the sync job runs without --metrics-port"
+    # In its container the job must listen beyond loopback for Prometheus to reach it.
+    assert args.metrics_host == "0.0.0.0"
+    config = yaml.safe_load(PROMETHEUS_CONFIG.read_text())
+    targets = [
+        t for job in config["scrape_configs"] for s in job["static_configs"] for t in s["targets"]
+    ]
+    assert f"sync-job:{args.metrics_port}" in targets
+    assert PROMETHEUS_CONFIG in _mounted_sources(services["prometheus"])
+
+
+def test_grafana_provisions_prometheus_and_the_dashboard(services: dict[str, Any]) -> None:
+    grafana = services["grafana"]
+    mounts = _mounted_sources(grafana)
+    assert GRAFANA / "provisioning" in mounts and GRAFANA / "dashboards" in mounts
+    assert all(path.exists() for path in mounts), mounts
+    sources = yaml.safe_load((GRAFANA / "provisioning/datasources/prometheus.yaml").read_text())
+    (source,) = sources["datasources"]
+    assert source["url"] == "http://prometheus:9090" and "prometheus" in services
+    providers = yaml.safe_load((GRAFANA / "provisioning/dashboards/cdc-sync.yaml").read_text())
+    assert providers["providers"][0]["options"]["path"] == "/var/lib/grafana/dashboards"
+    dashboard = json.loads(DASHBOARD.read_text())
+    uids = {t["datasource"]["uid"] for p in dashboard["panels"] for t in p["targets"]}
+    assert uids == {source["uid"]}
+
+
+def _exported_metric_names() -> set[str]:
+    """Every sample name the job exports, from a job that saw one of everything."""
+    table = TableId("shop", "customers")
+    health = SinkHealth(["search"])
+    health.waiting("search", "bulk", 1.0, ConnectionError())
+    readings = CaptureReadings(
+        end_offsets={("cdc.shop.customers", 0): 3},
+        slots=[Slot("s", "shop", "pgoutput", True, "reserved", 1, 1)],
+        connector=ConnectorState("RUNNING", {"RUNNING": 1}),
+        succeeded={"broker": True},
+    )
+    metrics = JobMetrics(health, lambda: readings)
+    batch = BatchMetrics(
+        1, records=1, stages={"decode": 0.1}, offsets={("cdc.shop.customers", 0): 1}
+    )
+    batch.tables[table] = TableProgress(1, 10, 1_700_000_000_000)
+    batch.table_sinks[(table, "search")] = WriteResult(applied=1)
+    metrics.observe(batch)
+    return {s.name for family in metrics.registry.collect() for s in family.samples}
+
+
+def test_every_dashboard_query_reads_metrics_the_job_exports() -> None:
+    exported = _exported_metric_names()
+    dashboard = json.loads(DASHBOARD.read_text())
+    used: set[str] = set()
+    for panel in dashboard["panels"]:
+        exprs = [target["expr"] for target in panel["targets"]]
+        names = {name for expr in exprs for name in re.findall(r"\bcdc_sync_\w+", expr)}
+        assert names, f"panel {panel['title']!r} queries no cdc-sync metric"
+        assert names <= exported, f"panel {panel['title']!r}: unknown {names - exported}"
+        used |= names
+    wanted = {
+        "cdc_sync_lag_seconds",
+        "cdc_sync_lag_records",
+        "cdc_sync_sink_applied_total",
+        "cdc_sync_sink_fenced_total",
+        "cdc_sync_sink_failed_total",
+        "cdc_sync_batch_stage_seconds_bucket",
+        "cdc_sync_dead_lettered_records_total",
+        "cdc_sync_slot_retained_wal_bytes",
+        "cdc_sync_sink_state",
+    }
+    assert wanted <= used, f"no panel for {wanted - used}"

@@ -6,7 +6,10 @@ import pytest
 from cdc_sync.job.decode import (
     KIND_CHANGE,
     KIND_MALFORMED,
+    KIND_STATS,
+    KIND_TABLE,
     KIND_TOMBSTONE,
+    decode_and_fold,
     decode_batches,
     fold_batches,
     load_change,
@@ -75,3 +78,38 @@ def test_fold_keeps_the_newest_change_per_key_across_arrow_batches() -> None:
     assert change.row is not None
     assert change.row["name"] == "n2" and change.row["description"] == "d1"
     assert row["schema_fp"] is not None
+
+
+def test_decode_and_fold_folds_a_whole_partition_in_the_task_and_reports_its_side_rows() -> None:
+    """No shuffle: a partition's records, keys interleaved, fold per key in Kafka order; the
+    side rows carry counts, the last offset, rejected records and each table's newest schema."""
+    one, two = key_bytes("products", {"id": 1}), key_bytes("products", {"id": 2})
+    batch = kafka_batch(
+        [
+            (one, envelope_bytes("products", "c", 5, product(1, name="first"))),
+            (two, envelope_bytes("products", "c", 5, product(2))),
+            (one, envelope_bytes("products", "u", 7, product(1, name="same-tx-1"))),
+            (two, envelope_bytes("products", "d", 8, None, before=product(2))),
+            (one, envelope_bytes("products", "u", 7, product(1, name="same-tx-2"))),
+            (two, None),
+            (one, b"{broken"),
+        ]
+    )
+    rows = [r for out in decode_and_fold(iter([batch])) for r in out.to_pylist()]
+    changes = [r for r in rows if r["kind"] == KIND_CHANGE]
+    assert [(r["doc_id"], r["version"]) for r in changes] == [("1", 7), ("2", 8)]
+    first = load_change(changes[0])
+    assert first.row is not None and first.row["name"] == "same-tx-2"  # Kafka order in a tx
+    assert changes[0]["schema_blob"] is not None  # the partition's first row of that schema
+    stats = {r["counted"]: (r["count"], r["offset"]) for r in rows if r["kind"] == KIND_STATS}
+    assert stats == {KIND_CHANGE: (5, 4), KIND_TOMBSTONE: (1, 5), KIND_MALFORMED: (1, 6)}
+    (table,) = [r for r in rows if r["kind"] == KIND_TABLE]
+    assert (table["table"], table["count"], table["version"]) == ("shop.products", 2, 7)
+    assert table["schema_blob"] is not None
+    assert {r["kind"] for r in rows} == {
+        KIND_CHANGE,
+        KIND_STATS,
+        KIND_TABLE,
+        KIND_TOMBSTONE,
+        KIND_MALFORMED,
+    }

@@ -179,3 +179,45 @@ def test_sinks_written_with_change_lsns_keep_converging_after_the_upgrade() -> N
     stored_before_upgrade = [30720944, 30720856, 30721080]  # T2, T1, T1 (their own lsns)
     next_change = versioned(1, 30721216, '["30721216","30721216"]', 3)
     assert all(next_change.version > old for old in stored_before_upgrade)
+    # Written again after the upgrade (a replay), a change keeps at least its old version:
+    # the floor only raises, so the sinks' >= fence lets it through or it was already there.
+    replayed = parse_record(
+        key_bytes("products", {"id": 1}),
+        sourced(1, "u", 30720856, '[null,"30720856"]', "false"),
+        coords(4),
+        None,
+        30721080,
+    )
+    assert isinstance(replayed, Change) and replayed.version >= 30720856
+
+
+def sourced(key: int, op: str, lsn: int, sequence: str | None, snapshot: str) -> bytes:
+    envelope = json.loads(envelope_bytes("products", op, lsn, product(key)))
+    envelope["payload"]["source"].update(sequence=sequence, snapshot=snapshot)
+    return json.dumps(envelope).encode()
+
+
+def test_first_transaction_after_a_snapshot_is_no_older_than_the_records_before_it() -> None:
+    """Observed (tests/e2e/test_commit_order.py): a transaction that wrote before the snapshot's
+    consistent point S and committed after it streams first, as `[null, lsn]` with lsn < S.
+    The partition's floor (S from the snapshot rows) lifts it; equal to them, it wins by Kafka
+    order. Snapshot rows and changes with a last commit keep their own versions."""
+    key = key_bytes("products", {"id": 1})
+    first_after = parse_record(
+        key, sourced(1, "u", 900, '[null,"900"]', "false"), coords(4), None, 1000
+    )
+    assert isinstance(first_after, Change) and first_after.version == 1000
+    later = parse_record(
+        key, sourced(1, "u", 1100, '[null,"1100"]', "false"), coords(5), None, 1000
+    )
+    assert isinstance(later, Change) and later.version == 1100  # past the floor: its own lsn
+    snapshot_row = parse_record(
+        key, sourced(1, "r", 800, '[null,"800"]', "true"), coords(1), None, 1000
+    )
+    assert isinstance(snapshot_row, Change) and snapshot_row.version == 800
+    committed = parse_record(
+        key, sourced(1, "u", 900, '["1200","900"]', "false"), coords(6), None, 5000
+    )
+    assert isinstance(committed, Change) and committed.version == 1200
+    no_sequence = parse_record(key, sourced(1, "u", 900, None, "false"), coords(7), None, 1000)
+    assert isinstance(no_sequence, Change) and no_sequence.version == 900

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import signal
 import sys
 import threading
 from pathlib import Path
 
 from cdc_sync.connectors.engine import CaptureEngine
+from cdc_sync.core.logs import CONSOLE
 from cdc_sync.core.settings import Connections, state_dir
+
+console = logging.getLogger(CONSOLE)  # shown on the quiet console (core.logs)
 
 
 def capture_main(argv: list[str]) -> int:
@@ -28,6 +32,7 @@ def capture_main(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     engine.start()
+    console.info("capture running: connector %s; Ctrl-C stops it", connector)
     try:
         while not stop.wait(1.0):
             engine.raise_if_failed()
@@ -36,4 +41,5 @@ def capture_main(argv: list[str]) -> int:
         return 1
     finally:
         engine.stop()
+        console.info("capture stopped after publishing %d records", engine.published)
     return 0

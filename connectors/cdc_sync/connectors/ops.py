@@ -27,7 +27,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from cdc_sync.connectors.checks import run_checks
 from cdc_sync.connectors.rest import ConnectClient, ConnectError
-from cdc_sync.connectors.slots import format_slots, list_slots
+from cdc_sync.connectors.slots import format_slots
 from cdc_sync.core.kafka_clients import consumer_config
 from cdc_sync.core.settings import Connections
 from cdc_sync.debezium.connector import (
@@ -50,6 +50,7 @@ from cdc_sync.debezium.notifications import (
     snapshot_outcome,
 )
 from cdc_sync.debezium.signals import request_snapshot
+from cdc_sync.debezium.slots import list_slots
 
 SECRET_MARKERS = ("password", "secret", "token", "key.pass")
 

@@ -1,32 +1,9 @@
-"""Replication slots and the WAL they retain (`cdc-sync connectors slots`)."""
+"""`cdc-sync connectors slots`: replication slots and the WAL they retain, as a table. The query
+lives in `cdc_sync.debezium.slots`, below the job, whose metrics read it too."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
-
-import psycopg
-
-
-@dataclass(frozen=True)
-class Slot:
-    name: str
-    database: str | None  # slots are per server; each belongs to one database
-    plugin: str | None
-    active: bool
-    wal_status: str | None  # reserved | extended | unreserved | lost
-    retained_bytes: int | None  # WAL kept for this slot
-    lag_bytes: int | None  # WAL written since the consumer's confirmed position
-
-
-def list_slots(conn: psycopg.Connection[Any]) -> list[Slot]:
-    rows = conn.execute(
-        "SELECT slot_name, database, plugin, active, wal_status, "
-        "pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint, "
-        "pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint "
-        "FROM pg_replication_slots ORDER BY slot_name"
-    ).fetchall()
-    return [Slot(*row) for row in rows]
+from cdc_sync.debezium.slots import Slot
 
 
 def format_slots(slots: list[Slot]) -> str:

@@ -5,8 +5,7 @@ A Kafka record from a Debezium topic is one of:
 - a tombstone (null value after a delete, for Kafka log compaction) -> :class:`Tombstone`
 - something else -> :class:`MalformedRecord` raised, naming the field path.
 
-Versions come from the source LSN (`source.lsn`): it only grows per row, and snapshot rows (`r`)
-carry the snapshot's LSN, so a newer streamed change always wins over a snapshot row.
+Versions order changes the way Postgres committed them (`commit_order_version`).
 """
 
 from __future__ import annotations
@@ -36,11 +35,13 @@ def parse_record(
     value: bytes | None,
     coordinates: Coordinates,
     known: KnownSchemas | None = None,
+    floor: int = 0,
 ) -> Change | Tombstone:
     """Parse one Kafka record written by Debezium's JsonConverter: with schemas.enable=true,
-    or, when `known` schemas are given, without (plain JSON key and envelope)."""
+    or, when `known` schemas are given, without (plain JSON key and envelope). `floor`: the
+    highest version of the records before this one in its partition (`commit_order_version`)."""
     if known is not None:
-        return _parse_schemaless(key, value, coordinates, known)
+        return _parse_schemaless(key, value, coordinates, known, floor)
     key_doc = _load_json(key, coordinates, "key")
     if key_doc is None:
         raise MalformedRecord(
@@ -52,11 +53,15 @@ def parse_record(
         return Tombstone(
             table=table_from_topic(coordinates), key=key_tuple, coordinates=coordinates
         )
-    return _parse_envelope(value_doc, key_tuple, coordinates)
+    return _parse_envelope(value_doc, key_tuple, coordinates, floor)
 
 
 def _parse_schemaless(
-    key: bytes | None, value: bytes | None, coordinates: Coordinates, known: KnownSchemas
+    key: bytes | None,
+    value: bytes | None,
+    coordinates: Coordinates,
+    known: KnownSchemas,
+    floor: int,
 ) -> Change | Tombstone:
     table = table_from_topic(coordinates)
     schema = known.get(table)
@@ -75,7 +80,7 @@ def _parse_schemaless(
         return Tombstone(table=table, key=key_tuple, coordinates=coordinates)
     if not isinstance(value_doc, dict):
         raise MalformedRecord(coordinates, "value", "expected a JSON object (the envelope)")
-    return _parse_payload(value_doc, key_tuple, coordinates, lambda: schema.row, "value")
+    return _parse_payload(value_doc, key_tuple, coordinates, lambda: schema.row, "value", floor)
 
 
 def table_from_topic(coordinates: Coordinates) -> TableId:
@@ -116,12 +121,19 @@ def _parse_key(doc: Any, coordinates: Coordinates) -> tuple[tuple[str, Any], ...
     return tuple((column.name, converted[column.name]) for column in key_schema.columns)
 
 
-def _parse_envelope(doc: Any, key: tuple[tuple[str, Any], ...], coordinates: Coordinates) -> Change:
+def _parse_envelope(
+    doc: Any, key: tuple[tuple[str, Any], ...], coordinates: Coordinates, floor: int
+) -> Change:
     schema, payload = _payload(doc, coordinates, "value")
     if not isinstance(payload, dict):
         raise MalformedRecord(coordinates, "value.payload", "expected a struct")
     return _parse_payload(
-        payload, key, coordinates, lambda: _after_schema(schema, coordinates), "value.payload"
+        payload,
+        key,
+        coordinates,
+        lambda: _after_schema(schema, coordinates),
+        "value.payload",
+        floor,
     )
 
 
@@ -131,6 +143,7 @@ def _parse_payload(
     coordinates: Coordinates,
     row_schema_of: Callable[[], RowSchema],
     where: str,
+    floor: int,
 ) -> Change:
     """The envelope fields (op, source, after), wherever the row schema comes from."""
     try:
@@ -142,7 +155,7 @@ def _parse_payload(
     source = payload.get("source")
     if not isinstance(source, dict):
         raise MalformedRecord(coordinates, f"{where}.source", "missing")
-    version = commit_order_version(source)
+    version = commit_order_version(source, floor)
     if version is None:
         raise MalformedRecord(
             coordinates, f"{where}.source.sequence", "missing or holds no LSN (and no lsn)"
@@ -170,28 +183,45 @@ def _parse_payload(
     return Change(table, key, op, version, row, coordinates, ts_ms, unavailable, row_schema)
 
 
-def commit_order_version(source: Mapping[str, Any]) -> int | None:
+def commit_order_version(source: Mapping[str, Any], floor: int = 0) -> int | None:
     """The change's version: a position that orders changes the way Postgres committed them.
 
     pgoutput streams whole transactions in commit order, but a change's own `lsn` is where it
-    was written, and interleaved transactions write in one order and commit in another. Debezium's
-    `source.sequence` is `[last commit, lsn]`: its first element is the commit end of the
-    transaction decoded just before this one, the same for every change of a transaction and
-    strictly greater from one transaction to the next. Changes of one transaction therefore share
-    a version and keep their Kafka order (sinks fence with >=). Where it is null (the first
-    transaction after the connector starts or snapshots, snapshot rows `[null, S]`) the change's
-    own position stands in: it lies past the snapshot's consistent point S and before the
-    commit end that versions the next transaction. Incremental-snapshot rows carry no `lsn`;
-    their sequence is that of the chunk's closing watermark, ordering them after every change
-    they reflect (Debezium drops chunk rows of keys changed inside the window).
+    was written, and interleaved transactions write in one order and commit in another.
+    Debezium's `source.sequence` is `[last commit, lsn]`; observed on real capture
+    (tests/integration/test_debezium_ordering.py), its first element is the end of the commit
+    record of the transaction streamed just before this one: the same for every change of a
+    transaction, strictly greater from one transaction to the next in commit order, and restored
+    from the stored offsets after a restart. Changes of one transaction therefore share a version
+    and keep their Kafka order (sinks fence with >=).
+
+    Snapshot rows `[null, S]` carry the snapshot's consistent point S. The first transaction
+    streamed after a snapshot has no last commit (`[null, lsn]`), and its own `lsn` can lie
+    before S: a transaction that began before the consistent point and commits after it is not
+    in the snapshot, yet written earlier. It is newer than every record before it in its
+    partition (snapshot rows included) and older than the next transaction, whose version is
+    its commit end: so its version is the larger of its `lsn` and `floor`, the highest version
+    of the records before it in its partition (the job keeps it across batches,
+    `job/version_floors.py`); equal to a snapshot row's, it still wins by Kafka order.
+    Incremental-snapshot rows carry no `lsn`; their sequence is that of the chunk's closing
+    watermark, ordering them after every change they reflect (Debezium drops chunk rows of keys
+    changed inside the window) and before every transaction that commits after the window.
     """
     sequence = _sequence(source)
     if sequence and sequence[0] is not None:
         return sequence[0]
     lsn = source.get("lsn")
     if isinstance(lsn, int) and not isinstance(lsn, bool) and lsn >= 0:
-        return lsn
+        # `[null, lsn]` on a streamed change: the first transaction after a snapshot.
+        first_after_snapshot = bool(sequence) and not _is_snapshot_row(source)
+        return max(lsn, floor) if first_after_snapshot else lsn
     return sequence[-1] if sequence and sequence[-1] is not None else None
+
+
+def _is_snapshot_row(source: Mapping[str, Any]) -> bool:
+    # Debezium's `snapshot`: "true", "first", "last", "incremental", ... for snapshot rows,
+    # "false" (or absent) for streamed changes.
+    return source.get("snapshot") not in (None, False, "false")
 
 
 def _sequence(source: Mapping[str, Any]) -> list[int | None]:

@@ -12,6 +12,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
+from cdc_sync.core.logs import log_settings
 from cdc_sync.core.settings import Connections, default_env_file, state_dir, write_env_file
 from cdc_sync.job.runner import JobOptions, SyncJob
 from cdc_sync.job.spark_session import build_spark
@@ -76,7 +77,7 @@ class DemoServices:
 
     def start_sync(self, mapping: MappingFile) -> None:
         assert self.connections is not None
-        self.spark = build_spark("cdc-sync-demo")
+        self.spark = build_spark("cdc-sync-demo", jvm_log=log_settings().jvm_log)
         options = JobOptions.defaults(mapping, self.connections)
         options = JobOptions(
             checkpoint_dir=options.checkpoint_dir,

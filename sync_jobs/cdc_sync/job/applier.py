@@ -1,4 +1,5 @@
-"""Driver side of a micro-batch: route compacted changes, evolve targets, fan out to the sinks.
+"""Driver side of a micro-batch: policies, schema changes and targets before the writes;
+once-per-batch commits, refused records, dead letters and observers after them.
 
 Raising from here fails the Spark batch, so its offsets are not committed and the batch re-runs
 after a restart (invariant 3); sinks are idempotent and fenced, so the re-run is harmless.
@@ -10,14 +11,15 @@ import json
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from cdc_sync.core.model import Change, Coordinates, TableId
 from cdc_sync.job.dead_letter import DeadLetter, DeadLetterWriter
-from cdc_sync.job.schema_changes import SchemaTracker
+from cdc_sync.job.schema_changes import SchemaState, SchemaTracker
 from cdc_sync.job.schema_store import SchemaStore
+from cdc_sync.job.table_writes import TableProgress, TableWrite, write_table
 from cdc_sync.job.unavailable import SourceFiller
 from cdc_sync.mapping import MappingFile, OnMalformed, OnTombstone, TableRoute
 from cdc_sync.schema import RowSchema
@@ -56,9 +58,18 @@ class BatchMetrics:
     unavailable_gone: int = 0  # placeholders of rows deleted since: left out (job.unavailable)
     sinks: dict[str, WriteResult] = field(default_factory=dict)
     seconds: float = 0.0
-    # Seconds per stage, so a slow stage shows without a profiler: decode and fold (Spark, set
-    # by job.stream), fill (Postgres reads of placeholders), one entry per sink, dead_letter.
+    # Seconds per stage, so a slow stage shows without a profiler (job.stream sets the Spark
+    # ones): decode (read + decode + fold, in tasks), write (the write tasks' wall time), fill
+    # (Postgres reads of placeholders) and one entry per sink (summed over tasks; Delta on the
+    # driver), dead_letter.
     stages: dict[str, float] = field(default_factory=dict)
+    # Highest Kafka offset read per (topic, partition) in this batch (set by job.stream).
+    offsets: dict[tuple[str, int], int] = field(default_factory=dict)
+    # Per routed table, what this batch applied (every sink acknowledged it when observers run).
+    tables: dict[TableId, TableProgress] = field(default_factory=dict)
+    # Per (routed table, sink name), what that sink did with the table's changes (`sinks` sums
+    # these per sink): applied / fenced / failed per table and sink for metrics.
+    table_sinks: dict[tuple[TableId, str], WriteResult] = field(default_factory=dict)
 
     def timed(self, stage: str, started: float) -> None:
         self.stages[stage] = self.stages.get(stage, 0.0) + time.monotonic() - started
@@ -84,7 +95,26 @@ class BatchMetrics:
         )
 
 
+BatchObserver = Callable[[BatchMetrics], None]
+
+
+@dataclass
+class BatchPlan:
+    """What the driver settled before any write: rejected records handled, each routed table's
+    schema accepted (and its targets evolved)."""
+
+    metrics: BatchMetrics
+    letters: list[DeadLetter]
+    schemas: dict[TableId, SchemaState]  # per routed table of the batch
+    started: float
+
+
 class BatchApplier:
+    """The driver's part of a batch: `begin` (policies, schemas, targets) before the writes and
+    `finish` (once-per-batch sinks, failures, dead letters, observers) after them. `apply` runs
+    the writes in process too (no Spark: tests, tools); `job.stream` runs them in executor
+    tasks in between."""
+
     def __init__(
         self,
         mapping: MappingFile,
@@ -92,6 +122,7 @@ class BatchApplier:
         dead_letters: DeadLetterWriter | None,
         filler: SourceFiller | None = None,
         schema_store: SchemaStore | None = None,
+        observers: Sequence[BatchObserver] = (),
     ) -> None:
         self.mapping = mapping
         self.sinks = list(sinks)
@@ -100,6 +131,9 @@ class BatchApplier:
         # Without a store the accepted schemas last as long as this applier (unit tests).
         self.schemas = SchemaTracker(mapping, schema_store)
         self.history: list[BatchMetrics] = []
+        # Called with each batch's metrics once every sink acknowledged it (before Spark commits
+        # its offsets): metrics, watermarks, status. An observer that raises fails the batch.
+        self.observers: list[BatchObserver] = list(observers)
 
     def apply(
         self,
@@ -112,23 +146,109 @@ class BatchApplier:
         schema_fps: Sequence[str | None],
         tombstone_deletes: int = 0,
         stage_seconds: dict[str, float] | None = None,
+        offsets: dict[tuple[str, int], int] | None = None,
     ) -> BatchMetrics:
-        """`tombstone_deletes`: tombstones applied as deletes (counted as tombstones; their
-        deletes are among `compacted`); `stage_seconds`: the Spark stages' times."""
-        started = time.monotonic()
-        metrics = BatchMetrics(batch_id, records=records, changes=changes, compacted=len(compacted))
-        metrics.stages.update(stage_seconds or {})
-        metrics.tombstones += tombstone_deletes
-        letters = self._handle_rejected(rejected, metrics)
+        """The whole batch in process. `tombstone_deletes`: tombstones applied as deletes
+        (counted as tombstones; their deletes are among `compacted`); `stage_seconds`: the Spark
+        stages' times; `offsets`: the highest offset read per (topic, partition)."""
         by_table: dict[TableId, list[Change]] = defaultdict(list)
         for change, fingerprint in zip(compacted, schema_fps, strict=True):
             schema = schemas.get(fingerprint) if fingerprint else None
             by_table[change.table].append(_with_schema(change, schema))
-        for table, table_changes in sorted(by_table.items()):
+        plan = self.begin(
+            batch_id,
+            records=records,
+            changes=changes,
+            compacted=len(compacted),
+            rejected=rejected,
+            table_schemas={table: newest_schema(found) for table, found in by_table.items()},
+            tombstone_deletes=tombstone_deletes,
+            stage_seconds=stage_seconds,
+            offsets=offsets,
+        )
+        writes = [
+            write_table(self.mapping.tables[table], state, by_table[table], self.sinks, self.filler)
+            for table, state in sorted(plan.schemas.items())
+        ]
+        sink_seconds: dict[str, float] = defaultdict(float)
+        for written in writes:
+            for stage, took in written.seconds.items():
+                sink_seconds[stage] += took
+        return self.finish(plan, writes, sink_seconds)
+
+    def begin(
+        self,
+        batch_id: int,
+        *,
+        records: int,
+        changes: int,
+        compacted: int,
+        rejected: Sequence[Rejected],
+        table_schemas: dict[TableId, RowSchema | None],
+        tombstone_deletes: int = 0,
+        stage_seconds: dict[str, float] | None = None,
+        offsets: dict[tuple[str, int], int] | None = None,
+    ) -> BatchPlan:
+        """Before the writes: rejected records meet their policies, and each routed table's
+        newest schema (`table_schemas`) meets `on_schema_change`; targets evolve here, on the
+        driver, so no write runs against a target that lacks a column."""
+        started = time.monotonic()
+        metrics = BatchMetrics(batch_id, records=records, changes=changes, compacted=compacted)
+        metrics.stages.update(stage_seconds or {})
+        metrics.offsets.update(offsets or {})
+        metrics.tombstones += tombstone_deletes
+        letters = self._handle_rejected(rejected, metrics)
+        accepted: dict[TableId, SchemaState] = {}
+        for table, incoming in sorted(table_schemas.items()):
             route = self.mapping.route_for(table)
             if route is None:
                 continue  # not subscribed; only ignored tables' topics can get here
-            letters += self._apply_table(route, table_changes, metrics)
+            state = self.schemas.observe(route, incoming)
+            if state.evolved:
+                for sink in self.sinks:
+                    sink.ensure_target(route, route.project_schema(state.schema))
+                self.schemas.targets_ready(table)
+            accepted[table] = state
+        return BatchPlan(metrics, letters, accepted, started)
+
+    def finish(
+        self,
+        plan: BatchPlan,
+        writes: Sequence[TableWrite],
+        write_seconds: dict[str, float],
+        driver_sinks: Sequence[Sink] = (),
+    ) -> BatchMetrics:
+        """After the row sinks' writes (`writes`: per table, per partition): `driver_sinks`
+        commit each table's deferred changes once; refused records meet `on_malformed`; dead
+        letters are written; observers see the batch. `write_seconds`: per sink (and "fill"),
+        how long the writes took."""
+        metrics = plan.metrics
+        metrics.stages.update(write_seconds)
+        by_table: dict[TableId, list[TableWrite]] = defaultdict(list)
+        for written in writes:
+            by_table[written.table].append(written)
+        letters = list(plan.letters)
+        for table, shares in sorted(by_table.items()):
+            route = self.mapping.tables[table]
+            results: dict[str, WriteResult] = {}
+            for written in shares:
+                metrics.unavailable_gone += written.gone
+                progress = metrics.tables.get(table, TableProgress())
+                metrics.tables[table] = progress.combine(written.progress)
+                for name, result in written.results.items():
+                    results[name] = results.get(name, WriteResult()).merge(result)
+            letters += self._refused(route, results)
+            deferred = [change for written in shares for change in written.deferred]
+            for sink in driver_sinks:  # once per table and batch (a Delta commit)
+                sink_started = time.monotonic()
+                result = sink.apply(route, deferred)
+                metrics.timed(sink.name, sink_started)
+                letters += self._refused(route, {sink.name: result})
+                results[sink.name] = result
+            for name, result in results.items():
+                metrics.sinks[name] = metrics.sinks.get(name, WriteResult()).merge(result)
+                per_table = metrics.table_sinks.get((table, name), WriteResult())
+                metrics.table_sinks[(table, name)] = per_table.merge(result)
         if letters:
             if self.dead_letters is None:
                 raise PolicyViolation(
@@ -138,39 +258,22 @@ class BatchApplier:
             self.dead_letters.write(letters)
             metrics.timed("dead_letter", letters_started)
         metrics.dead_lettered = len(letters)
-        metrics.seconds = time.monotonic() - started
-        log.info("%s", metrics.summary())
+        metrics.seconds = time.monotonic() - plan.started
+        log.info("%s", metrics.summary())  # the detailed line: the log file, or the console with -v
         self.history.append(metrics)
+        for observe in self.observers:
+            observe(metrics)
         return metrics
 
-    def _apply_table(
-        self, route: TableRoute, changes: list[Change], metrics: BatchMetrics
-    ) -> list[DeadLetter]:
-        if self.filler is not None:
-            fill_started = time.monotonic()
-            changes, gone = self.filler.fill(route.table, changes)
-            metrics.unavailable_gone += gone
-            metrics.timed("fill", fill_started)
-        # Deletes carry no row schema: the newest change that has one tells the table's schema.
-        with_schema = [c for c in changes if c.schema is not None]
-        newest = max(with_schema, key=lambda c: c.version) if with_schema else None
-        schema = self.schemas.observe(route, newest.schema if newest else None)
-        if schema.evolved:
-            for sink in self.sinks:
-                sink.ensure_target(route, route.project_schema(schema.schema))
-            self.schemas.targets_ready(route.table)
-        routed = [route.route(schema.conform(change)) for change in changes]
+    def _refused(self, route: TableRoute, results: dict[str, WriteResult]) -> list[DeadLetter]:
+        """Records the sinks refused: the batch fails under `on_malformed: fail`, else their
+        dead letters."""
         letters: list[DeadLetter] = []
-        for sink in self.sinks:
-            sink_started = time.monotonic()
-            result = sink.apply(route, routed)
-            metrics.timed(sink.name, sink_started)
-            previous = metrics.sinks.get(sink.name, WriteResult())
-            metrics.sinks[sink.name] = previous.merge(result)
+        for name, result in results.items():
             if result.failures and route.policies.on_malformed is OnMalformed.FAIL:
                 first = result.failures[0]
                 raise PolicyViolation(
-                    f"{first.change.coordinates}: {sink.name} refused {len(result.failures)} "
+                    f"{first.change.coordinates}: {name} refused {len(result.failures)} "
                     f"record(s) of {route.table} ({first.error_class}: {first.message}); set "
                     f"{self.mapping.setting_path(route.table, 'on_malformed')}: dead_letter "
                     "to dead-letter such records and keep going"
@@ -178,7 +281,7 @@ class BatchApplier:
             letters += [
                 DeadLetter(
                     coordinates=failure.change.coordinates,
-                    sink=sink.name,
+                    sink=name,
                     stage="write",
                     error_class=failure.error_class,
                     message=failure.message,
@@ -224,6 +327,12 @@ class BatchApplier:
                 )
             )
         return letters
+
+
+def newest_schema(changes: Sequence[Change]) -> RowSchema | None:
+    """Deletes carry no row schema: the newest change that has one tells the table's."""
+    with_schema = [c for c in changes if c.schema is not None]
+    return max(with_schema, key=lambda c: c.version).schema if with_schema else None
 
 
 def _with_schema(change: Change, schema: RowSchema | None) -> Change:

@@ -5,15 +5,22 @@ its schema; each distinct schema travels once per partition in `schema_blob`), o
 record is a tombstone or malformed.
 fold:   rows sorted by (table, doc_id, version, partition, offset) -> the newest change per key,
 with unchanged TOAST columns filled from older changes of that key (compaction.fold).
+decode_and_fold: both, within one input partition, with no shuffle: Debezium keys a table's
+records by primary key, so every change of a key sits in one Kafka partition, which the Kafka
+source reads as one Spark partition (see `job.stream`). Besides the folded changes it yields the
+partition's side rows for the driver: rejected records, per-table schemas and record counts.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import pickle
-from collections.abc import Iterator
+import uuid
+from collections import defaultdict
+from collections.abc import Iterator, Mapping
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from cdc_sync.core.model import Change, Coordinates, KnownSchemas, Tombstone, tombstone_delete
 from cdc_sync.debezium.decoder import MalformedRecord, parse_record, table_from_topic
@@ -24,6 +31,8 @@ KIND_TOMBSTONE = "tombstone"  # a tombstone the table's policy does not apply (s
 KIND_TOMBSTONE_DELETE = "tombstone_delete"  # a tombstone applied as a delete: folded like changes
 CHANGE_KINDS = (KIND_CHANGE, KIND_TOMBSTONE_DELETE)
 KIND_MALFORMED = "malformed"
+KIND_STATS = "stats"  # records of one kind read from one topic-partition, and the last offset
+KIND_TABLE = "table"  # per table: its folded changes, the newest one's schema (schema policy)
 
 DECODED_SCHEMA = pa.schema(
     [
@@ -46,6 +55,16 @@ DECODED_SCHEMA = pa.schema(
 )
 
 
+# decode_and_fold's output: the decoded columns plus the counts of stats rows.
+# The task token tells the driver which stats rows came from one task (see job.stream).
+FOLDED_SCHEMA = (
+    DECODED_SCHEMA.append(pa.field("counted", pa.string()))
+    .append(pa.field("count", pa.int64()))
+    .append(pa.field("task", pa.string()))
+)
+FOLD_ORDER = [(name, "ascending") for name in ("table", "doc_id", "version", "partition", "offset")]
+
+
 def _decode_row(
     key: bytes | None,
     value: bytes | None,
@@ -53,14 +72,17 @@ def _decode_row(
     seen: set[str],
     known: KnownSchemas | None,
     tombstone_deletes: frozenset[str] | None = None,
+    floors: dict[tuple[str, int], int] | None = None,
 ) -> dict[str, object]:
     row: dict[str, object] = {
         "topic": coords.topic,
         "partition": coords.partition,
         "offset": coords.offset,
     }
+    where = (coords.topic, coords.partition)
+    floor = floors.get(where, 0) if floors is not None else 0
     try:
-        parsed = parse_record(key, value, coords, known)
+        parsed = parse_record(key, value, coords, known, floor)
     except MalformedRecord as exc:
         # The raw bytes travel on so the dead-letter entry loses nothing.
         return row | {
@@ -76,6 +98,8 @@ def _decode_row(
         if tombstone_deletes is not None and str(parsed.table) in tombstone_deletes:
             return row | _change_columns(tombstone_delete(parsed), seen, KIND_TOMBSTONE_DELETE)
         return row | {"kind": KIND_TOMBSTONE, "table": str(parsed.table), "key": key}
+    if floors is not None:
+        floors[where] = max(floor, parsed.version)
     return row | _change_columns(parsed, seen)
 
 
@@ -107,11 +131,15 @@ def decode_batches(
     batches: Iterator[pa.RecordBatch],
     known: KnownSchemas | None = None,
     tombstone_deletes: frozenset[str] | None = None,
+    floors: Mapping[tuple[str, int], int] | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """`known`: catalog schemas when records carry none (mapping `source.schemas: catalog`);
     `tombstone_deletes`: tables (`schema.table`) whose tombstones are deletes (`on_tombstone:
-    delete`), the others' are handed to the driver's policy."""
+    delete`), the others' are handed to the driver's policy; `floors`: the highest version
+    per (topic, partition) of earlier batches (`job.version_floors`), raised here record by
+    record, which needs each partition's records in offset order, as the sources give them."""
     seen: set[str] = set()
+    running = dict(floors or {})
     for batch in batches:
         data = batch.to_pydict()
         rows = [
@@ -122,6 +150,7 @@ def decode_batches(
                 seen,
                 known,
                 tombstone_deletes,
+                running,
             )
             for key, value, topic, partition, offset in zip(
                 data["key"],
@@ -190,3 +219,82 @@ def _folded_row(change: Change, schema_fp: object) -> dict[str, object]:
         "change": pickle.dumps(change, protocol=5),
         "schema_fp": schema_fp,
     }
+
+
+def decode_and_fold(
+    batches: Iterator[pa.RecordBatch],
+    known: KnownSchemas | None = None,
+    tombstone_deletes: frozenset[str] | None = None,
+    floors: Mapping[tuple[str, int], int] | None = None,
+) -> Iterator[pa.RecordBatch]:
+    """One input partition: its records decoded, its changes folded per key (sorted here, in
+    the task: no shuffle), then its side rows. A folded change's schema travels as a
+    fingerprint; the first row of each fingerprint carries the pickled schema. `floors`: see
+    `decode_batches`; the stats rows carry each partition's highest change version."""
+    decoded = pa.Table.from_batches(
+        list(decode_batches(batches, known, tombstone_deletes, floors)), schema=DECODED_SCHEMA
+    )
+    if decoded.num_rows == 0:
+        return
+    is_change = pc.is_in(decoded["kind"], pa.array(CHANGE_KINDS))
+    changes = decoded.filter(is_change).sort_by(FOLD_ORDER)
+    blobs = {
+        fp: blob
+        for fp, blob in zip(
+            changes["schema_fp"].to_pylist(), changes["schema_blob"].to_pylist(), strict=True
+        )
+        if blob is not None
+    }
+    sent: set[str] = set()
+    # Per table (every table with a change, deletes only too): the newest (version, schema_fp).
+    newest: dict[str, tuple[int | None, str | None]] = {}
+    folded: dict[str, int] = defaultdict(int)  # per table, its folded changes
+    for batch in fold_batches(iter(changes.to_batches())):
+        rows = batch.to_pylist()
+        for row in rows:
+            fingerprint = row["schema_fp"]
+            newest.setdefault(str(row["table"]), (None, None))
+            folded[str(row["table"])] += 1
+            if fingerprint is None:
+                continue
+            if fingerprint not in sent:
+                sent.add(fingerprint)
+                row["schema_blob"] = blobs.get(fingerprint)
+            table, version = str(row["table"]), int(row["version"])
+            best = newest[table][0]
+            if best is None or version >= best:
+                newest[table] = (version, fingerprint)
+        yield pa.RecordBatch.from_pylist(rows, schema=FOLDED_SCHEMA)
+    side = decoded.filter(pc.invert(is_change)).to_pylist()
+    side += [
+        {
+            "kind": KIND_TABLE,
+            "table": table,
+            "version": version,
+            "schema_fp": fingerprint,
+            "schema_blob": blobs.get(fingerprint) if fingerprint else None,
+            "count": folded[table],
+        }
+        for table, (version, fingerprint) in newest.items()
+    ]
+    side += _stats_rows(decoded, uuid.uuid4().hex)
+    yield pa.RecordBatch.from_pylist(side, schema=FOLDED_SCHEMA)
+
+
+def _stats_rows(decoded: pa.Table, task: str) -> list[dict[str, object]]:
+    grouped = decoded.group_by(["kind", "topic", "partition"]).aggregate(
+        [("offset", "count"), ("offset", "max"), ("version", "max")]
+    )
+    return [
+        {
+            "kind": KIND_STATS,
+            "counted": row["kind"],
+            "topic": row["topic"],
+            "partition": row["partition"],
+            "offset": row["offset_max"],
+            "count": row["offset_count"],
+            "version": row["version_max"],
+            "task": task,
+        }
+        for row in grouped.to_pylist()
+    ]

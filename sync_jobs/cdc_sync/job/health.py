@@ -41,6 +41,7 @@ class SinkHealth:
     def __init__(self, sinks: Iterable[str] = ()) -> None:
         self._lock = threading.Lock()
         self._status: dict[str, SinkStatus] = {name: SinkStatus() for name in sinks}
+        self._retries: dict[str, int] = {}  # failed attempts since start, per sink (metrics)
 
     def track(self, sinks: Iterable[str]) -> None:
         """List these sinks (as ok until they report otherwise)."""
@@ -49,25 +50,36 @@ class SinkHealth:
                 self._status.setdefault(name, SinkStatus())
 
     def waiting(self, target: str, what: str, since: float, error: BaseException) -> None:
+        self.record_waiting(target, what, since, type(error).__name__)
+
+    def record_waiting(self, target: str, what: str, since: float, error_class: str) -> None:
+        """`waiting`, told by name (a relayed report from an executor task)."""
         with self._lock:
             previous = self._status.get(target, SinkStatus())
             failures = previous.failures + 1 if previous.what == what else 1
-            self._status[target] = SinkStatus(
-                SinkState.WAITING, since, what, type(error).__name__, failures
-            )
+            self._retries[target] = self._retries.get(target, 0) + 1
+            self._status[target] = SinkStatus(SinkState.WAITING, since, what, error_class, failures)
 
     def recovered(self, target: str, what: str) -> None:
         with self._lock:
             self._status[target] = SinkStatus()
 
     def gave_up(self, target: str, what: str, since: float, error: BaseException) -> None:
+        self.record_gave_up(target, what, since, type(error).__name__)
+
+    def record_gave_up(self, target: str, what: str, since: float, error_class: str) -> None:
         with self._lock:
             previous = self._status.get(target, SinkStatus())
             self._status[target] = SinkStatus(
-                SinkState.FAILED, since, what, type(error).__name__, previous.failures
+                SinkState.FAILED, since, what, error_class, previous.failures
             )
 
     def status(self) -> dict[str, SinkStatus]:
         """A snapshot: sink name -> status."""
         with self._lock:
             return dict(self._status)
+
+    def retries(self) -> dict[str, int]:
+        """Per sink, the transient failures retried since the job started (every sink listed)."""
+        with self._lock:
+            return {name: self._retries.get(name, 0) for name in self._status}

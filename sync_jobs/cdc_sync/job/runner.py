@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -10,22 +13,33 @@ import psycopg
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from cdc_sync.core.model import KnownSchemas
+from cdc_sync.core.logs import CONSOLE
+from cdc_sync.core.model import KnownSchemas, TableId
 from cdc_sync.core.retry import (
     DEFAULT_ATTEMPT_TIMEOUT_SECONDS,
     DEFAULT_HORIZON_SECONDS,
-    DEFAULT_POLICY,
     RetryObserver,
     RetryPolicy,
 )
 from cdc_sync.core.settings import Connections, state_dir
 from cdc_sync.debezium.connector import load_connector
-from cdc_sync.job.applier import BatchApplier
+from cdc_sync.job.applier import BatchApplier, BatchObserver
+from cdc_sync.job.checkpoint import default_checkpoint_dir, processed_offsets
+from cdc_sync.job.console import BatchLine, SnapshotProgress, catalog_estimates
 from cdc_sync.job.dead_letter import DeadLetterWriter
 from cdc_sync.job.health import SinkHealth, SinkStatus
+from cdc_sync.job.health_relay import HealthRelay
+from cdc_sync.job.metrics_export import (
+    DEFAULT_METRICS_HOST,
+    DEFAULT_PROBE_SECONDS,
+    ConnectorStatus,
+    MetricsEndpoint,
+)
 from cdc_sync.job.schema_store import FileSchemaStore
+from cdc_sync.job.status_file import StatusRecorder
 from cdc_sync.job.stream import MicroBatchProcessor
-from cdc_sync.job.unavailable import SourceFiller
+from cdc_sync.job.task_sinks import TaskSinkSpec
+from cdc_sync.job.version_floors import FileVersionFloors
 from cdc_sync.mapping import MappingFile, SchemaSource
 from cdc_sync.schema.catalog import ConverterModes, known_schemas
 from cdc_sync.sinks.base import Sink
@@ -58,6 +72,13 @@ class JobOptions:
     sink_request_timeout_seconds: float = DEFAULT_ATTEMPT_TIMEOUT_SECONDS
     # Delta upkeep (compact, vacuum, prune tombstones) after every N-th batch; None: off.
     maintain_every_batches: int | None = None
+    # Prometheus metrics on http://<metrics_host>:<metrics_port>/metrics; None: off, 0: any port.
+    metrics_port: int | None = None
+    metrics_host: str = DEFAULT_METRICS_HOST
+    # How often the broker's end offsets, the slot and the connector are read for the metrics.
+    metrics_probe_seconds: float = DEFAULT_PROBE_SECONDS
+    # The initial snapshot's live progress view; None: when stdout is a terminal.
+    snapshot_progress: bool | None = None
 
     def sink_retry(self, observer: RetryObserver | None = None) -> RetryPolicy:
         """The retry policy every sink writes under, reporting to `observer`."""
@@ -71,7 +92,7 @@ class JobOptions:
     def defaults(cls, mapping: MappingFile, connections: Connections) -> JobOptions:
         root = state_dir()
         return cls(
-            checkpoint_dir=root / "checkpoints" / mapping.path.stem,
+            checkpoint_dir=default_checkpoint_dir(mapping.path),
             warehouse=Path(connections.warehouse) if connections.warehouse else root / "warehouse",
         )
 
@@ -91,44 +112,33 @@ def job_stream(
     )
 
 
-def build_sinks(
-    mapping: MappingFile,
-    connections: Connections,
-    warehouse: Path,
-    spark: SparkSession,
-    retry: RetryPolicy = DEFAULT_POLICY,
-) -> list[Sink]:
-    """The sinks the mapping routes to; a routed sink without a configured URL is an error.
-    Each writes under `retry` (named after the sink)."""
+def build_delta_sink(
+    mapping: MappingFile, warehouse: Path, spark: SparkSession, retry: RetryPolicy
+) -> Sink | None:
+    """The warehouse sink, if the mapping routes to it: it commits on the driver, once per
+    table and batch (delta-spark MERGE where its jars are present, else deltalake)."""
+    if not any(r.delta for r in mapping.tables.values()):
+        return None
     retention = mapping.tombstone_retention_seconds
-    routes = list(mapping.tables.values())
-    sinks: list[Sink] = []
-    if any(r.search for r in routes):
-        from cdc_sync.sinks.search import SearchSink
+    writer = DeltaSparkWriter(spark, warehouse, retention) if delta_spark_available(spark) else None
+    log.info("Delta writes through %s", "delta-spark" if writer else "deltalake (delta-rs)")
+    return DeltaSink(warehouse, retention, writer, retry)
 
-        sinks.append(
-            SearchSink(
-                connections.search_client,
-                connections.require("search_url"),
-                tombstone_retention_seconds=retention,
-                retry=retry,
-            )
-        )
-    if any(r.cache for r in routes):
-        from cdc_sync.sinks.redis import RedisSink
 
-        sinks.append(
-            RedisSink(
-                connections.require("redis_url"), tombstone_retention_seconds=retention, retry=retry
-            )
+# The route section each sink writes from (sink name -> `TableRoute` attribute).
+ROUTE_SECTIONS = {"search": "search", "redis": "cache", "delta": "delta"}
+
+
+def sink_tables(mapping: MappingFile, sinks: Sequence[Sink]) -> dict[str, list[TableId]]:
+    """Per sink, the routed tables it writes."""
+    return {
+        sink.name: sorted(
+            table
+            for table, route in mapping.tables.items()
+            if getattr(route, ROUTE_SECTIONS.get(sink.name, sink.name), None) is not None
         )
-    if any(r.delta for r in routes):
-        writer = (
-            DeltaSparkWriter(spark, warehouse, retention) if delta_spark_available(spark) else None
-        )
-        log.info("Delta writes through %s", "delta-spark" if writer else "deltalake (delta-rs)")
-        sinks.append(DeltaSink(warehouse, retention, writer, retry))
-    return sinks
+        for sink in sinks
+    }
 
 
 def catalog_schemas(mapping: MappingFile, connections: Connections) -> KnownSchemas | None:
@@ -138,6 +148,11 @@ def catalog_schemas(mapping: MappingFile, connections: Connections) -> KnownSche
         return None
     with psycopg.connect(connections.require("pg_url")) as conn:
         return known_schemas(conn, mapping.tables, converter_modes(mapping))
+
+
+def _driver_host(spark: SparkSession) -> str:
+    """Where executors reach the driver (loopback in local mode, see `spark_session`)."""
+    return spark.conf.get("spark.driver.host", None) or "127.0.0.1"
 
 
 def converter_modes(mapping: MappingFile) -> ConverterModes:
@@ -153,40 +168,77 @@ class SyncJob:
         mapping: MappingFile,
         connections: Connections,
         options: JobOptions,
+        observers: Sequence[BatchObserver] = (),
+        connector_status: ConnectorStatus | None = None,
     ) -> None:
+        """`connector_status`: reads the Kafka Connect connector's status, for the metrics."""
         self.spark = spark
         self.mapping = mapping
         self.connections = connections
         self.options = options
-        # Every sink's retries report here: `sink_status()` says which one the job waits for.
+        # Every sink's retries report here, executor tasks' through the relay: `sink_status()`
+        # says which one the job waits for.
         self.health = SinkHealth()
-        self.sinks = build_sinks(
-            mapping, connections, options.warehouse, spark, options.sink_retry(self.health)
+        self.relay = HealthRelay(self.health, _driver_host(spark))
+        retry = options.sink_retry(self.health)
+        modes = converter_modes(mapping)
+        spec = dataclasses.replace(
+            TaskSinkSpec.for_job(mapping, connections, retry, modes), relay=self.relay.address
         )
+        delta = build_delta_sink(mapping, options.warehouse, spark, retry)
+        self.driver_sinks: list[Sink] = [delta] if delta is not None else []
+        # The driver's own row sinks: target set-up (`ensure_target`) and tools; tasks write.
+        self.sinks = spec.open_sinks(self.health) + self.driver_sinks
         self.health.track(sink.name for sink in self.sinks)
         self.dead_letters = DeadLetterWriter(
             connections.require("kafka_bootstrap"),
             connections.kafka_flavor,
             mapping.dead_letter_topic,
         )
-        self.filler = SourceFiller(connections.require("pg_url"), converter_modes(mapping))
+        self.metrics: MetricsEndpoint | None = None
+        self.metrics_port: int | None = None  # the bound port once serving
+        if options.metrics_port is not None:
+            self.metrics = MetricsEndpoint(
+                connections,
+                mapping.topics(),
+                self.health,
+                connector_status,
+                options.metrics_probe_seconds,
+            )
+            observers = [*observers, self.metrics.metrics.observe]
+        # `cdc-sync status` reads what this writes beside the checkpoint, after every batch.
+        self.status = StatusRecorder(
+            options.checkpoint_dir,
+            mapping.path.stem,
+            sink_tables(mapping, self.sinks),
+            self.health,
+        )
+        self.progress = snapshot_progress(mapping, connections, options)
+        # The progress view first: its summary line precedes the batch line that ended it.
+        console = ([self.progress] if self.progress else []) + [BatchLine()]
         # The accepted schemas belong to this query's checkpoint: a new checkpoint, a new baseline.
         self.applier = BatchApplier(
             mapping,
             self.sinks,
             self.dead_letters,
-            self.filler,
+            None,  # the TOAST fill runs in the write tasks (spec.pg_url)
             FileSchemaStore.beside_checkpoint(options.checkpoint_dir),
+            [*observers, self.status, *console],
         )
         self.processor = MicroBatchProcessor(
             self.applier,
-            int(spark.conf.get("spark.sql.shuffle.partitions") or 2),
+            spec,
+            self.driver_sinks,
             catalog_schemas(mapping, connections),
+            FileVersionFloors.beside_checkpoint(options.checkpoint_dir),
         )
         every = options.maintain_every_batches
         self.upkeep = EveryNBatches(every, self.maintain) if every else None
 
     def start(self, available_now: bool = False) -> StreamingQuery:
+        if self.metrics is not None and self.metrics_port is None:
+            port = self.options.metrics_port or 0
+            self.metrics_port = self.metrics.serve(self.options.metrics_host, port)
         for route in self.mapping.tables.values():
             for sink in self.sinks:
                 sink.ensure_target(route, None)
@@ -208,12 +260,16 @@ class SyncJob:
             writer = writer.trigger(availableNow=True)
         else:
             writer = writer.trigger(processingTime=f"{self.options.trigger_seconds} seconds")
-        log.info(
+        logging.getLogger(CONSOLE).info(
             "sync job started: %d tables, checkpoint %s",
             len(self.mapping.tables),
             self.options.checkpoint_dir,
         )
-        return writer.start()
+        if self.progress is not None:
+            self.progress.start()
+        query = writer.start()
+        self.status.start_heartbeat(lambda: query_state(query))
+        return query
 
     def _batch(self, batch: DataFrame, batch_id: int) -> None:
         self.processor(batch, batch_id)
@@ -242,7 +298,36 @@ class SyncJob:
         return self.health.status()
 
     def close(self) -> None:
+        if self.metrics is not None:
+            self.metrics.close()
+        if self.progress is not None:
+            self.progress.close()
+        self.status.close()
         for sink in self.sinks:
             sink.close()
         self.dead_letters.close()
-        self.filler.close()
+        self.relay.close()
+
+
+def snapshot_progress(
+    mapping: MappingFile, connections: Connections, options: JobOptions
+) -> SnapshotProgress | None:
+    """The snapshot progress view when wanted (default: stdout is a terminal); it opens at start
+    on a fresh checkpoint, where the initial load is coming."""
+    wanted = sys.stdout.isatty() if options.snapshot_progress is None else options.snapshot_progress
+    if not wanted:
+        return None
+    with psycopg.connect(connections.require("pg_url")) as conn:
+        estimates = catalog_estimates(conn, list(mapping.tables))
+    return SnapshotProgress(estimates, processed_offsets(options.checkpoint_dir) is None)
+
+
+def query_state(query: StreamingQuery) -> tuple[str, str | None]:
+    """running | stopped | failed, and the failure's class and first line."""
+    if query.isActive:
+        return "running", None
+    error = query.exception()
+    if error is None:
+        return "stopped", None
+    first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    return "failed", f"{type(error).__name__}: {first}"[:300]

@@ -19,15 +19,13 @@ evolved schema already accepted and re-checks the targets (see `SchemaTracker`).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
-import os
-import tempfile
 from pathlib import Path
 from typing import Protocol
 from urllib.parse import quote
 
+from cdc_sync.core.files import write_atomically
 from cdc_sync.core.model import TableId
 from cdc_sync.core.types import RowSchema, row_schema_from_json, row_schema_to_json
 
@@ -87,7 +85,7 @@ class FileSchemaStore:
             "fingerprint": schema.fingerprint,
             "columns": row_schema_to_json(schema),
         }
-        _write_atomically(path, json.dumps(document, indent=2) + "\n")
+        write_atomically(path, json.dumps(document, indent=2) + "\n")
         log.info("%s: accepted schema %s saved to %s", table, schema.fingerprint, path)
 
 
@@ -107,29 +105,3 @@ def _parse(table: TableId, text: str) -> RowSchema:
 def _file_part(name: str) -> str:
     # Identifiers may hold any character: escape so names map to distinct, safe file names.
     return quote(name, safe="").replace(".", "%2E")
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as file:
-            file.write(text)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temp)
-        raise
-    _fsync_dir(path.parent)
-
-
-def _fsync_dir(directory: Path) -> None:
-    # Makes the rename itself durable; not every platform can open a directory.
-    with contextlib.suppress(OSError):
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)

@@ -4,42 +4,76 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
+from pathlib import Path
 
+from pyspark import SparkConf, SparkContext
+from pyspark.java_gateway import launch_gateway
 from pyspark.sql import SparkSession
 
 MASTER_VAR = "CDC_SYNC_SPARK_MASTER"
 PACKAGES_VAR = "CDC_SYNC_SPARK_PACKAGES"  # e.g. spark-sql-kafka and delta-spark coordinates
 
 
-def build_spark(app_name: str = "cdc-sync", shuffle_partitions: int = 2) -> SparkSession:
+def spark_master(environ: Mapping[str, str]) -> str | None:
+    """`CDC_SYNC_SPARK_MASTER` if set; else, under `spark-submit` (which started the JVM and
+    passes its gateway), None: its `--master` stands; else `local[2]`."""
+    if environ.get(MASTER_VAR):
+        return environ[MASTER_VAR]
+    if environ.get("PYSPARK_GATEWAY_PORT"):
+        return None
+    return "local[2]"
+
+
+def spark_settings(app_name: str, shuffle_partitions: int) -> dict[str, str]:
+    master = spark_master(os.environ)
+    settings = {
+        "spark.app.name": app_name,
+        "spark.sql.shuffle.partitions": str(shuffle_partitions),
+        "spark.ui.enabled": "false",
+        # Stage progress bars interleave with the job's own per-batch lines on the console.
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.sql.streaming.stopGracefullyOnShutdown": "true",
+    }
+    if master is not None:
+        settings["spark.master"] = master
+        if master.startswith("local"):
+            settings["spark.driver.host"] = "127.0.0.1"
+            settings["spark.driver.bindAddress"] = "127.0.0.1"
+    packages = os.environ.get(PACKAGES_VAR)
+    if packages:
+        settings["spark.jars.packages"] = packages
+        if "delta" in packages:
+            settings["spark.sql.extensions"] = "io.delta.sql.DeltaSparkSessionExtension"
+            settings["spark.sql.catalog.spark_catalog"] = (
+                "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+            )
+    return settings
+
+
+def build_spark(
+    app_name: str = "cdc-sync", shuffle_partitions: int = 2, jvm_log: Path | None = None
+) -> SparkSession:
+    """`jvm_log`: where the driver JVM's stdout and stderr go (Spark's log4j WARN lines, its
+    start-up banner, JVM warnings printed before log4j is configured); None leaves them on this
+    process's console. Applies only when this call starts the JVM (not under spark-submit)."""
     # Workers must run the same interpreter (pyarrow, the project) as the driver.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    master = os.environ.get(MASTER_VAR, "local[2]")
-    builder = (
-        SparkSession.builder.appName(app_name)
-        .master(master)
-        .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
-        .config("spark.ui.enabled", "false")
-        # Stage progress bars interleave with the job's own per-batch lines on the console.
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        .config("spark.sql.streaming.stopGracefullyOnShutdown", "true")
-    )
-    if master.startswith("local"):
-        builder = builder.config("spark.driver.host", "127.0.0.1").config(
-            "spark.driver.bindAddress", "127.0.0.1"
-        )
-    packages = os.environ.get(PACKAGES_VAR)
-    if packages:
-        builder = builder.config("spark.jars.packages", packages)
-        if "delta" in packages:
-            builder = builder.config(
-                "spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension"
-            ).config(
-                "spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog"
-            )
-    spark = builder.getOrCreate()
+    conf = SparkConf().setAll(list(spark_settings(app_name, shuffle_partitions).items()))
+    if jvm_log is not None and SparkContext._gateway is None and spark_master(os.environ):
+        _start_jvm_logging_to(conf, jvm_log)
+    spark = SparkSession.builder.config(conf=conf).getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+def _start_jvm_logging_to(conf: SparkConf, jvm_log: Path) -> None:
+    """Launch the driver JVM with its output appended to `jvm_log` (pyspark's documented
+    `popen_kwargs` hook), then create the context on it."""
+    jvm_log.parent.mkdir(parents=True, exist_ok=True)
+    with jvm_log.open("ab") as output:  # the JVM keeps its own copy of the descriptor
+        gateway = launch_gateway(conf, popen_kwargs={"stdout": output, "stderr": output})
+    SparkContext(conf=conf, gateway=gateway)

@@ -1,9 +1,28 @@
-"""Spark side of a micro-batch: decode on executors, compact per key, hand over to the driver."""
+"""Spark side of a micro-batch: decode and fold per input partition, write row sinks in
+executor tasks, commit the once-per-batch sinks on the driver.
+
+No shuffle: Debezium keys a table's records by primary key, so all changes of a key sit in one
+Kafka partition, and both Kafka sources give each Kafka partition of a batch one Spark
+partition (the `cdc_kafka` source plans one range per topic-partition; the built-in source
+does too unless `minPartitions` / `maxRecordsPerPartition` split it, which the job never sets).
+So each task folds its keys completely, in Kafka order, and writes them.
+
+Two Spark jobs per batch over the persisted decoded partitions:
+1. decode + fold (`decode.decode_and_fold`); the driver collects only the side rows (rejected
+   records, per-table schemas, counts, offsets) and settles policies, schema changes and
+   targets (`BatchApplier.begin`) before anything is written;
+2. writes (`task_writes.write_partition`): one task per partition, in parallel, writes search
+   and cache and hands back results and the routed changes for Delta, which the driver then
+   commits once per table (`BatchApplier.finish`).
+A failed task fails the batch: `foreachBatch` raises and Spark commits no offsets (invariant 3).
+"""
 
 from __future__ import annotations
 
 import pickle
 import time
+from collections import defaultdict
+from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
@@ -14,86 +33,182 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from cdc_sync.core.model import Coordinates, KnownSchemas, TableId
 from cdc_sync.job.applier import BatchApplier, BatchMetrics, Rejected
 from cdc_sync.job.decode import (
-    CHANGE_KINDS,
-    DECODED_SCHEMA,
+    FOLDED_SCHEMA,
     KIND_CHANGE,
+    KIND_STATS,
+    KIND_TABLE,
     KIND_TOMBSTONE_DELETE,
-    decode_batches,
-    fold_batches,
-    load_change,
+    decode_and_fold,
 )
+from cdc_sync.job.schema_changes import SchemaState
+from cdc_sync.job.table_writes import TableWrite
+from cdc_sync.job.task_sinks import TaskSinkSpec
+from cdc_sync.job.task_writes import (
+    WRITE_COLUMNS,
+    WRITES_SCHEMA,
+    WritePlan,
+    load_writes,
+    write_partition,
+)
+from cdc_sync.job.version_floors import FileVersionFloors, Floors, StoredFloors, raised
 from cdc_sync.schema import RowSchema
+from cdc_sync.sinks.base import Sink
 
-DECODED_SPARK = from_arrow_schema(DECODED_SCHEMA)  # one schema: decode.py's Arrow one
+FOLDED_SPARK = from_arrow_schema(FOLDED_SCHEMA)  # one schema: decode.py's Arrow one
+WRITES_SPARK = from_arrow_schema(WRITES_SCHEMA)
 
 
 class MicroBatchProcessor:
-    """`foreachBatch` callable: offsets commit only if this returns without raising."""
+    """`foreachBatch` callable: offsets commit only if this returns without raising.
+
+    `spec`: how executor tasks open the row sinks; `driver_sinks`: sinks that commit once per
+    table and batch on the driver (Delta); `known`: catalog schemas for records without one."""
 
     def __init__(
-        self, applier: BatchApplier, partitions: int = 2, known: KnownSchemas | None = None
+        self,
+        applier: BatchApplier,
+        spec: TaskSinkSpec,
+        driver_sinks: Sequence[Sink] = (),
+        known: KnownSchemas | None = None,
+        floors_store: FileVersionFloors | None = None,
     ) -> None:
         self.applier = applier
-        self.partitions = partitions
-        self.known = known  # catalog schemas for records without one; shipped to executors
+        self.spec = spec
+        self.driver_sinks = list(driver_sinks)
+        self.known = known  # shipped to executors
         self.tombstone_deletes = applier.mapping.tombstone_delete_tables()
+        # Highest version per partition so far (job.version_floors), kept beside the checkpoint.
+        self.floors_store = floors_store
+        self.floors = floors_store.load() if floors_store is not None else StoredFloors()
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         self.process(batch, batch_id)
 
     def process(self, batch: DataFrame, batch_id: int) -> BatchMetrics:
-        decoded = batch.select("key", "value", "topic", "partition", "offset").mapInArrow(
-            partial(decode_batches, known=self.known, tombstone_deletes=self.tombstone_deletes),
-            DECODED_SPARK,
+        floors = self.floors.for_batch(batch_id)
+        folded = batch.select("key", "value", "topic", "partition", "offset").mapInArrow(
+            partial(
+                decode_and_fold,
+                known=self.known,
+                tombstone_deletes=self.tombstone_deletes,
+                floors=floors,
+            ),
+            FOLDED_SPARK,
         )
-        decoded = decoded.persist(StorageLevel.MEMORY_AND_DISK)
-        stages: dict[str, float] = {}
+        folded = folded.persist(StorageLevel.MEMORY_AND_DISK)
         try:
-            started = time.monotonic()  # read + decode: the first action runs both
-            counts = {
-                row["kind"]: row["count"] for row in decoded.groupBy("kind").count().collect()
-            }
-            side = (
-                decoded.where(f"kind NOT IN {CHANGE_KINDS} OR schema_blob IS NOT NULL")
-                .drop("change")
-                .toArrow()
-                .to_pylist()
+            started = time.monotonic()  # read, decode and fold: the first action runs all three
+            side = folded.where(f"kind != '{KIND_CHANGE}'").drop("change").toArrow().to_pylist()
+            stages = {"decode": time.monotonic() - started}
+            summary = SideRows(side)
+            plan = self.applier.begin(
+                batch_id,
+                records=sum(summary.counts.values()),
+                changes=summary.counts.get(KIND_CHANGE, 0),
+                compacted=summary.compacted,
+                rejected=summary.rejected,
+                table_schemas=summary.schemas,
+                tombstone_deletes=summary.counts.get(KIND_TOMBSTONE_DELETE, 0),
+                stage_seconds=stages,
+                offsets=summary.offsets,
             )
-            stages["decode"] = time.monotonic() - started
-            started = time.monotonic()
-            compacted = (
-                decoded.where(f"kind IN {CHANGE_KINDS}")
-                .repartition(self.partitions, "table", "doc_id")
-                .sortWithinPartitions("table", "doc_id", "version", "partition", "offset")
-                .mapInArrow(fold_batches, DECODED_SPARK)
-                .select("change", "schema_fp")
-                .toArrow()
-                .to_pylist()
-            )
-            stages["fold"] = time.monotonic() - started
+            tasks: list[list[TableWrite]] = []
+            if plan.schemas:
+                started = time.monotonic()
+                tasks = self._write(folded, plan.schemas)
+                stages["write"] = time.monotonic() - started
         finally:
-            decoded.unpersist()
-        return self.applier.apply(
-            batch_id,
-            records=sum(counts.values()),
-            changes=counts.get(KIND_CHANGE, 0),
-            tombstone_deletes=counts.get(KIND_TOMBSTONE_DELETE, 0),
-            compacted=[load_change(row) for row in compacted],
-            rejected=[_rejected(row) for row in side if row["kind"] not in CHANGE_KINDS],
-            schemas=_schemas(side),
-            schema_fps=[row["schema_fp"] for row in compacted],
-            stage_seconds=stages,
+            folded.unpersist()
+        metrics = self.applier.finish(
+            plan,
+            [written for task in tasks for written in task],
+            {"write": stages.get("write", 0.0), **_task_seconds(tasks)},
+            self.driver_sinks,
         )
+        self._keep_floors(batch_id, floors, summary.versions)
+        return metrics
+
+    def _keep_floors(
+        self, batch_id: int, before: Floors, versions: dict[tuple[str, int], int]
+    ) -> None:
+        """After every sink acknowledged, before Spark commits the offsets (version_floors)."""
+        self.floors = StoredFloors(batch_id, before, raised(before, versions))
+        if self.floors_store is not None:
+            self.floors_store.save(self.floors)
+
+    def _write(
+        self, folded: DataFrame, schemas: dict[TableId, SchemaState]
+    ) -> list[list[TableWrite]]:
+        routes = {
+            str(table): (self.applier.mapping.tables[table], state)
+            for table, state in schemas.items()
+        }
+        plan = WritePlan(routes, self.spec, defer=bool(self.driver_sinks))
+        rows = (
+            folded.where(f"kind = '{KIND_CHANGE}'")
+            .select(*WRITE_COLUMNS)
+            .mapInArrow(partial(write_partition, plan=plan), WRITES_SPARK)
+            .toArrow()
+            .to_pylist()
+        )
+        return load_writes(rows)
 
 
-def _schemas(rows: list[dict[str, Any]]) -> dict[str, RowSchema]:
-    found: dict[str, RowSchema] = {}
-    for row in rows:
-        if row.get("schema_blob") and row["schema_fp"] not in found:
-            schema = pickle.loads(row["schema_blob"])
-            assert isinstance(schema, RowSchema)
-            found[row["schema_fp"]] = schema
-    return found
+def _task_seconds(tasks: list[list[TableWrite]]) -> dict[str, float]:
+    """Per sink (and "fill"), the seconds spent in it summed over the batch's tasks: the sink's
+    share of the work. Tasks run in parallel, so the sum may exceed the `write` stage's wall."""
+    spent: dict[str, float] = defaultdict(float)
+    for task in tasks:
+        for written in task:
+            for stage, took in written.seconds.items():
+                spent[stage] += took
+    return dict(spent)
+
+
+class PartitionSplit(RuntimeError):
+    """One Kafka partition reached several tasks: per-key order needs one task per partition."""
+
+
+class SideRows:
+    """The side rows of all partitions, summed up for the driver."""
+
+    def __init__(self, rows: list[dict[str, Any]]) -> None:
+        self.counts: dict[str, int] = defaultdict(int)
+        self.offsets: dict[tuple[str, int], int] = {}
+        self.versions: dict[tuple[str, int], int] = {}  # highest change version per partition
+        self.rejected: list[Rejected] = []
+        self.compacted = 0
+        self.schemas: dict[TableId, RowSchema | None] = {}
+        newest: dict[TableId, int] = {}
+        readers: dict[tuple[str, int], set[str]] = defaultdict(set)
+        for row in rows:
+            if row["kind"] == KIND_STATS:
+                self.counts[row["counted"]] += row["count"]
+                where = (row["topic"], row["partition"])
+                self.offsets[where] = max(self.offsets.get(where, -1), row["offset"])
+                if row["counted"] == KIND_CHANGE and row.get("version") is not None:
+                    self.versions[where] = max(self.versions.get(where, 0), row["version"])
+                readers[where].add(row["task"])
+            elif row["kind"] == KIND_TABLE:
+                table = TableId.parse(row["table"])
+                self.compacted += row["count"]
+                self.schemas.setdefault(table, None)
+                version = row["version"]
+                if row["schema_blob"] is not None and version >= newest.get(table, version):
+                    newest[table] = version
+                    schema = pickle.loads(row["schema_blob"])
+                    assert isinstance(schema, RowSchema)
+                    self.schemas[table] = schema
+            else:
+                self.rejected.append(_rejected(row))
+        split = sorted(where for where, tasks in readers.items() if len(tasks) > 1)
+        if split:
+            topic, partition = split[0]
+            raise PartitionSplit(
+                f"topic {topic!r} partition {partition} was read by {len(readers[split[0]])} "
+                "Spark tasks in one batch: keys would be folded and written out of order. Do "
+                "not set the Kafka source's minPartitions / maxRecordsPerPartition for this job"
+            )
 
 
 def _rejected(row: dict[str, Any]) -> Rejected:

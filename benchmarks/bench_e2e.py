@@ -1,0 +1,208 @@
+"""End-to-end benchmark: raw sink rates, initial sync, streaming freshness per sink (issue 9).
+
+    .venv/bin/python benchmarks/bench_e2e.py [--quick] [--customers N] [--orders M]
+        [--rates 20,100,300,1000] [--step-seconds S] [--rss-minutes M] [--output FILE]
+
+On a local stack of its own (Postgres, Tansu, osmem-server, Redis; stopped afterwards) with the
+demo shop schema: loads N customers and M orders, measures each sink's raw ingest rate on those
+rows, then starts the sync job (a subprocess: its CPU and RSS are its own) and the embedded
+capture and times the initial sync per sink; then runs a ladder of mixed insert/update/delete
+rates, each with commit -> visible p50/p95/p99 per sink, whether the backlog drains, the job's
+CPU/RSS and the search server's CPU, and the job's per-batch stage times from its log. Prints a
+table with issue 9's targets beside the figures and writes JSON
+(benchmarks/results/e2e-<date>.json unless --output).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import platform
+import shutil
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(Path(__file__).resolve().parent)]  # tests.*, e2ebench.*
+
+from e2ebench import raw  # noqa: E402
+from e2ebench.ladder import StepPlan, run_step  # noqa: E402
+from e2ebench.load import MixedWorkload, load_rows  # noqa: E402
+from e2ebench.observe import tree_usage  # noqa: E402
+from e2ebench.pipeline import (  # noqa: E402
+    MAPPING,
+    SinkCounter,
+    connections_for,
+    start_capture,
+    start_job,
+)
+from e2ebench.report import render, targets  # noqa: E402
+from e2ebench.sampler import Sampler  # noqa: E402
+
+from cdc_sync.localstack.stack import LocalStack  # noqa: E402
+from cdc_sync.mapping import load_mapping  # noqa: E402
+
+log = logging.getLogger("bench_e2e")
+PROBE_ROWS = 32
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--quick", action="store_true",
+                        help="500 customers, 5,000 orders, rates 20,100, 20 s steps")  # fmt: skip
+    parser.add_argument("--customers", type=int, help="parent rows (default 5000)")
+    parser.add_argument("--orders", type=int, help="child rows (default 10 x customers)")
+    parser.add_argument("--rates", help="changes/s ladder (default 20,100,300,1000)")
+    parser.add_argument("--step-seconds", type=float, help="workload seconds per step (60)")
+    parser.add_argument("--probe-interval", type=float, default=0.5, help="seconds between probes")
+    parser.add_argument(
+        "--drain-slack",
+        type=float,
+        default=10.0,
+        help="a step drains when a probe committed at its end shows within this many seconds",
+    )
+    parser.add_argument(
+        "--rss-minutes",
+        type=float,
+        default=0.0,
+        help="then run 100 changes/s this long and report the RSS drift (issue 9: 30)",
+    )
+    parser.add_argument("--broker", default="tansu", choices=("tansu", "noida"))
+    parser.add_argument("--trigger-seconds", type=float, default=0.5)
+    parser.add_argument(
+        "--job-arg",
+        action="append",
+        default=[],
+        help="extra `cdc-sync run` argument (repeatable): --job-arg=--max-offsets-per-trigger=2000",
+    )
+    parser.add_argument("--state-dir", default=".cdc-sync/bench")
+    parser.add_argument(
+        "--keep-state", action="store_true", help="keep the run's stack data, tables, checkpoint"
+    )
+    parser.add_argument("--output", help="JSON path (default benchmarks/results/e2e-<date>.json)")
+    args = parser.parse_args(argv)
+    quick = args.quick
+    args.customers = args.customers or (500 if quick else 5000)
+    args.orders = args.orders or 10 * args.customers
+    args.rates = [
+        float(r) for r in (args.rates or ("20,100" if quick else "20,100,300,1000")).split(",")
+    ]
+    args.step_seconds = args.step_seconds or (20.0 if quick else 60.0)
+    return args
+
+
+def initial_sync(
+    counter: SinkCounter, capture: Any, expected: int, started: float
+) -> dict[str, Any]:
+    capture.wait_ready(timeout_seconds=600)
+    capture_seconds = time.monotonic() - started
+    reached = counter.wait_all(expected, timeout=1800, started=started)
+    return {
+        "rows": expected,
+        "capture_seconds": round(capture_seconds, 1),
+        "seconds": {k: round(v, 1) for k, v in reached.items()},
+        "rows_per_second": {k: round(expected / v, 1) for k, v in reached.items()},
+        "all_sinks_rows_per_second": round(expected / max(reached.values()), 1),
+    }
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    run_dir = Path(args.state_dir).resolve() / f"run-{int(time.time())}"
+    stack = LocalStack(run_dir / "stack", broker=args.broker, with_connect=False)
+    urls = stack.start()
+    mapping = load_mapping(MAPPING)
+    connections = connections_for(urls, run_dir / "warehouse")
+    result: dict[str, Any] = {
+        "started": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": f"{platform.node()}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}",
+        "options": {k: v for k, v in vars(args).items() if k != "output"},
+    }
+    job = capture = counter = sampler = workload = None
+    try:
+        result["rows"] = load_rows(urls.pg_url, args.customers, args.orders)
+        log.info("loaded %s", result["rows"])
+        rates = raw.measure(urls.pg_url, mapping, urls.search_url, "opensearch", urls.redis_url,
+                            run_dir / "raw-delta")  # fmt: skip
+        result["raw"] = {
+            "search_updates_per_second": round(rates.search_updates, 1),
+            "rows": rates.rows,
+            "rows_per_second": {k: round(v, 1) for k, v in rates.per_sink.items()},
+        }
+        log.info("raw rates %s", result["raw"])
+        job_args = ["--trigger-seconds", str(args.trigger_seconds), *args.job_arg]
+        job = start_job(connections, run_dir, job_args)
+        assert job.process is not None
+        counter = SinkCounter(mapping, connections)
+        started = time.monotonic()
+        capture = start_capture(connections, run_dir)
+        result["initial_sync"] = initial_sync(
+            counter, capture, sum(result["rows"].values()), started
+        )
+        log.info("initial sync %s", result["initial_sync"])
+        services = {s.name: s.pid for s in stack.started()}
+        workload = MixedWorkload(urls.pg_url, args.customers, args.orders, PROBE_ROWS + 1)
+        sampler = Sampler(mapping, connections, PROBE_ROWS)
+        result["streaming"] = []
+        for rate in args.rates:
+            plan = StepPlan(rate, args.step_seconds, args.probe_interval, args.drain_slack,
+                            drain_timeout=max(60.0, 2 * args.step_seconds))  # fmt: skip
+            step = run_step(plan, workload, sampler, job.process.pid, services, job.log)
+            log.info("step %s: %s", rate, json.dumps(step))
+            result["streaming"].append(step)
+            if not step["drains"]:
+                break  # higher rates will not drain either
+        if args.rss_minutes > 0:
+            plan = StepPlan(100, 60 * args.rss_minutes, args.probe_interval, args.drain_slack, 120)
+            step = run_step(plan, workload, sampler, job.process.pid, services, job.log)
+            rss = step["job_rss_mb"]
+            result["rss_soak"] = {
+                "minutes": args.rss_minutes,
+                "first_mb": rss["first"],
+                "last_mb": rss["last"],
+                "drift_percent": round(100 * (rss["last"] - rss["first"]) / rss["first"], 1),
+                "step": step,
+            }
+        result["job_rss_mb_end"] = round(tree_usage(job.process.pid).rss_bytes / 2**20)
+        result["workload"] = dict(workload.done)
+    finally:
+        for closing in (sampler, workload, counter):
+            if closing is not None:
+                closing.close()
+        if job is not None:
+            job.stop()
+        if capture is not None:
+            capture.stop()
+        stack.stop()
+        if not args.keep_state:  # the job log stays: the JSON points at it
+            for name in ("stack", "warehouse", "checkpoint", "state", "capture"):
+                shutil.rmtree(run_dir / name, ignore_errors=True)
+    result["job_log"] = str(job.log) if job else None
+    result["targets"] = targets(result)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    for noisy in ("py4j", "urllib3", "opensearch", "elastic_transport"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    args = parse_args(argv)
+    result = run(args)
+    default = ROOT / "benchmarks" / "results" / f"e2e-{datetime.now(UTC):%Y-%m-%d-%H%M}.json"
+    output = Path(args.output) if args.output else default
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(result, indent=2, default=str))
+    print(render(result))
+    print(f"\nJSON: {output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

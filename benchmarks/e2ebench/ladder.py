@@ -1,0 +1,88 @@
+"""One streaming step: the mixed workload at a rate while the sampler probes, then the drain."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from e2ebench.load import MixedWorkload
+from e2ebench.observe import batch_lines, stage_breakdown, tree_usage
+from e2ebench.sampler import Sampler, latency_summary
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    rate: float  # changes/s
+    seconds: float
+    probe_interval: float
+    drain_slack: float  # a step drains when a probe committed at its end shows within this
+    drain_timeout: float
+
+
+def run_step(
+    plan: StepPlan,
+    workload: MixedWorkload,
+    sampler: Sampler,
+    job_pid: int,
+    services: dict[str, int],
+    job_log: Path,
+) -> dict[str, Any]:
+    stop = threading.Event()
+    probing = threading.Thread(target=sampler.run, args=(plan.probe_interval, stop), daemon=True)
+    rss: list[int] = []
+    usage_before = tree_usage(job_pid)
+    service_cpu = {name: tree_usage(pid).cpu_seconds for name, pid in services.items()}
+    wall_start, started = time.time(), time.monotonic()
+    probing.start()
+    writer_result: dict[str, Any] = {}
+
+    def write() -> None:
+        writer_result["committed"], writer_result["seconds"] = workload.run(
+            plan.rate, plan.seconds, threading.Event()
+        )
+
+    writing = threading.Thread(target=write, daemon=True)
+    writing.start()
+    while writing.is_alive():
+        rss.append(tree_usage(job_pid).rss_bytes)
+        writing.join(timeout=1.0)
+    stop.set()
+    probing.join()
+    # Drain: one more probe, committed now, must show within the slack.
+    final = sampler.drain_probe()
+    drained_in = None
+    if sampler.wait_visible(final, plan.drain_timeout):
+        drained_in = max(final.seen.values())
+    # Older probes still in flight get their chance while the backlog drains.
+    for probe in list(sampler.probes):
+        if not probe.done:
+            sampler.wait_visible(probe, 5.0)
+    elapsed = time.monotonic() - started
+    usage_after = tree_usage(job_pid)
+    rss.append(usage_after.rss_bytes)
+    probes = [p for p in sampler.take() if p is not final]
+    return {
+        "target_rate": plan.rate,
+        "achieved_rate": round(writer_result["committed"] / writer_result["seconds"], 1),
+        "changes": writer_result["committed"],
+        "seconds": round(elapsed, 1),
+        "drained_in_seconds": None if drained_in is None else round(drained_in, 2),
+        "drains": drained_in is not None and drained_in <= plan.drain_slack,
+        "latency": latency_summary(probes),
+        "job_cpu_percent": round(
+            100 * (usage_after.cpu_seconds - usage_before.cpu_seconds) / elapsed, 1
+        ),
+        "job_rss_mb": {
+            "first": round(rss[0] / 2**20),
+            "last": round(rss[-1] / 2**20),
+            "max": round(max(rss) / 2**20),
+        },
+        "service_cpu_percent": {
+            name: round(100 * (tree_usage(pid).cpu_seconds - service_cpu[name]) / elapsed, 1)
+            for name, pid in services.items()
+        },
+        "stages": stage_breakdown(batch_lines(job_log), wall_start, time.time()),
+    }

@@ -1,0 +1,120 @@
+"""What the benchmark reads besides latency: the job's CPU and RSS (its whole process tree:
+Python driver, JVM, Python workers, from /proc) and the per-batch stage times it logs."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
+
+
+def _children() -> dict[int, list[int]]:
+    tree: dict[int, list[int]] = defaultdict(list)
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        tree[ppid].append(int(entry.name))
+    return tree
+
+
+def process_tree(pid: int) -> list[int]:
+    tree = _children()
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        found.append(current)
+        todo += tree.get(current, [])
+    return found
+
+
+@dataclass(frozen=True)
+class Usage:
+    cpu_seconds: float
+    rss_bytes: int
+
+
+def tree_usage(pid: int) -> Usage:
+    """CPU seconds (user + system, live processes only) and RSS of `pid` and its descendants."""
+    cpu, rss = 0.0, 0
+    for member in process_tree(pid):
+        try:
+            fields = Path(f"/proc/{member}/stat").read_text().rsplit(")", 1)[1].split()
+            pages = int(Path(f"/proc/{member}/statm").read_text().split()[1])
+        except OSError:
+            continue  # exited meanwhile
+        cpu += (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+        rss += pages * PAGE_BYTES
+    return Usage(cpu, rss)
+
+
+# cdc_sync.job.applier.BatchMetrics.summary(), after the logging prefix (cdc_sync.cli):
+# "<date> <time>,<ms> INFO cdc_sync.job.applier: batch 7: records=180 ... in 1.2s (decode:0.4s ...)"
+BATCH_LINE = re.compile(
+    r"^(?P<when>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO cdc_sync\.job\.applier: "
+    r"batch (?P<batch>\d+): records=(?P<records>\d+) .* in (?P<seconds>[\d.]+)s \((?P<stages>.*)\)$"
+)
+STAGE = re.compile(r"(\w+):([\d.]+)s")
+
+
+@dataclass(frozen=True)
+class BatchLine:
+    logged_at: float  # epoch seconds
+    batch: int
+    records: int
+    applier_seconds: float
+    stages: dict[str, float]
+
+
+def batch_lines(log: Path) -> list[BatchLine]:
+    found: list[BatchLine] = []
+    for line in log.read_text(errors="replace").splitlines():
+        match = BATCH_LINE.match(line)
+        if match is None:
+            continue
+        when = datetime.strptime(match["when"], "%Y-%m-%d %H:%M:%S,%f")
+        found.append(
+            BatchLine(
+                when.timestamp(),  # naive: local time, as logging writes it
+                int(match["batch"]),
+                int(match["records"]),
+                float(match["seconds"]),
+                {name: float(secs) for name, secs in STAGE.findall(match["stages"])},
+            )
+        )
+    return found
+
+
+def stage_breakdown(lines: list[BatchLine], start: float, end: float) -> dict[str, Any]:
+    """Batches logged in [start, end): count, records, and mean seconds per stage per batch;
+    `interval` is the mean time between batch ends (trigger + planning + every stage)."""
+    window = [b for b in lines if start <= b.logged_at < end]
+    if not window:
+        return {"batches": 0}
+    totals: dict[str, float] = defaultdict(float)
+    for b in window:
+        for name, secs in b.stages.items():
+            totals[name] += secs
+    gaps = [b.logged_at - a.logged_at for a, b in itertools.pairwise(window)]
+    return {
+        "batches": len(window),
+        "records_per_batch": sum(b.records for b in window) / len(window),
+        "max_records": max(b.records for b in window),
+        "stage_mean_seconds": {n: round(t / len(window), 3) for n, t in totals.items()},
+        "stage_max_seconds": {
+            n: round(max(b.stages.get(n, 0.0) for b in window), 3) for n in totals
+        },
+        "interval_mean_seconds": round(sum(gaps) / len(gaps), 3) if gaps else None,
+    }

@@ -1,0 +1,111 @@
+"""The benchmark's pipeline on a local stack of its own: embedded capture of connectors/shop.json
+in this process, the sync job (`python -m cdc_sync.cli run`) as a subprocess so its CPU and RSS
+are its own, sinks counted per table for the initial sync."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import redis
+from deltalake import DeltaTable
+from deltalake.exceptions import TableNotFoundError
+
+from cdc_sync.connectors.engine import CaptureEngine
+from cdc_sync.core.settings import Connections
+from cdc_sync.localstack.stack import StackUrls
+from cdc_sync.mapping import MappingFile
+from cdc_sync.sinks.search.backends import SearchBackend, open_backend
+from tests.adversarial.pipeline import JobProcess, job_environment
+
+ROOT = Path(__file__).resolve().parents[2]
+MAPPING = ROOT / "mappings" / "shop.yaml"
+CONNECTOR = ROOT / "connectors" / "shop.json"
+
+
+def connections_for(urls: StackUrls, warehouse: Path) -> Connections:
+    return Connections(
+        pg_url=urls.pg_url,
+        kafka_bootstrap=urls.kafka_bootstrap,
+        kafka_flavor=urls.kafka_flavor,
+        search_url=urls.search_url,
+        search_client="opensearch",
+        redis_url=urls.redis_url,
+        connect_url=None,
+        warehouse=str(warehouse),
+    )
+
+
+def start_job(connections: Connections, run: Path, job_args: list[str]) -> JobProcess:
+    """The job with its defaults plus `job_args` (the adversarial suite's smaller batches are
+    not wanted here); returns once its streaming query runs."""
+    job = JobProcess(
+        MAPPING, run / "checkpoint", job_environment(connections, run / "state"), run / "job.log"
+    )
+    job.argv = [*job.argv[:6], "--checkpoint", str(run / "checkpoint"), *job_args]
+    job.start()
+    job.wait_up(timeout_seconds=300)
+    return job
+
+
+def start_capture(connections: Connections, run: Path) -> CaptureEngine:
+    capture = CaptureEngine.from_file(CONNECTOR, connections, run / "capture")
+    capture.start()
+    return capture
+
+
+@dataclass
+class SinkCounter:
+    """Rows each sink holds for the routed tables (sums over tables)."""
+
+    mapping: MappingFile
+    connections: Connections
+
+    def __post_init__(self) -> None:
+        self.search: SearchBackend = open_backend(
+            self.connections.search_client,
+            self.connections.require("search_url"),
+            timeout_seconds=30,
+        )
+        self.cache = redis.Redis.from_url(self.connections.require("redis_url"))
+        self.warehouse = Path(self.connections.require("warehouse"))
+
+    def counts(self) -> dict[str, int]:
+        search = delta = 0
+        for route in self.mapping.tables.values():
+            if route.search is not None:
+                search += self._search_count(route.search.index)
+            if route.delta is not None:
+                delta += self._delta_count(self.warehouse / route.delta.relative_path())
+        # Fresh server and no deletes yet: every key is a row (tombstone keys come with deletes).
+        return {"search": search, "redis": int(self.cache.dbsize()), "delta": delta}
+
+    def _search_count(self, alias: str) -> int:
+        client = self.search.client  # type: ignore[attr-defined]
+        if not client.indices.exists_alias(name=alias):
+            return 0
+        return int(client.count(index=alias)["count"])
+
+    def _delta_count(self, path: Path) -> int:
+        try:
+            return int(DeltaTable(str(path)).to_pyarrow_dataset().count_rows())
+        except TableNotFoundError:
+            return 0
+
+    def wait_all(self, expected: int, timeout: float, started: float) -> dict[str, float]:
+        """Seconds from `started` until each sink holds `expected` rows."""
+        reached: dict[str, float] = {}
+        deadline = time.monotonic() + timeout
+        while len(reached) < 3:
+            for sink, count in self.counts().items():
+                if sink not in reached and count >= expected:
+                    reached[sink] = time.monotonic() - started
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"initial sync: only {sorted(reached)} done after {timeout}s")
+            time.sleep(0.5)
+        return reached
+
+    def close(self) -> None:
+        self.search.close()
+        self.cache.close()

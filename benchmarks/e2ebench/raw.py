@@ -1,0 +1,194 @@
+"""Each sink's raw ingest rate, measured in the same run on the same rows as the job gets them.
+
+search: versioned (`external_gte`) `_bulk` of 500 documents per request through the job's own
+search backend; redis: HSET of the row JSON and version, 500 commands per pipeline; delta: one
+deltalake MERGE of all rows into a new table. Each writes to scratch targets it removes after.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import time
+from dataclasses import dataclass
+from datetime import date, datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pyarrow as pa
+import redis
+from deltalake import DeltaTable, write_deltalake
+from psycopg.rows import dict_row
+
+from cdc_sync.mapping import MappingFile, TableRoute
+from cdc_sync.sinks.search.backends import open_backend
+
+CHUNK = 500
+RAW_TABLES = ("shop.customers", "shop.orders")  # the N parents and 10 N children
+
+
+UPDATE_CHUNK = 10
+UPDATE_SECONDS = 10.0
+
+
+@dataclass(frozen=True)
+class RawRates:
+    rows: int
+    per_sink: dict[str, float]  # rows/s, new rows
+    search_updates: float  # documents/s re-indexing existing documents of the loaded index
+
+    @property
+    def slowest(self) -> tuple[str, float]:
+        name = min(self.per_sink, key=lambda n: self.per_sink[n])
+        return name, self.per_sink[name]
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, Decimal):
+        return float(value)
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    return value
+
+
+def read_rows(pg_url: str, mapping: MappingFile) -> dict[str, list[dict[str, Any]]]:
+    """The routed columns of the raw tables, JSON-safe, in key order."""
+    rows: dict[str, list[dict[str, Any]]] = {}
+    with psycopg.connect(pg_url, row_factory=dict_row) as conn:
+        for name in RAW_TABLES:
+            route = _route(mapping, name)
+            columns = ", ".join(route.columns) if route.columns else "*"
+            fetched = conn.execute(f"SELECT {columns} FROM {name} ORDER BY id".encode())
+            rows[name] = [{k: _json_safe(v) for k, v in r.items()} for r in fetched]
+    return rows
+
+
+def _route(mapping: MappingFile, name: str) -> TableRoute:
+    return next(r for t, r in mapping.tables.items() if str(t) == name)
+
+
+def search_rate(
+    url: str, client_kind: str, mapping: MappingFile, rows: dict[str, list[dict[str, Any]]]
+) -> float:
+    """Into scratch indices with the routes' own field mappings (analysis costs the same)."""
+    backend = open_backend(client_kind, url, timeout_seconds=60)
+    names = [f"bench_raw_{table.split('.')[1]}" for table in rows]
+    try:
+        for index, table in zip(names, rows, strict=True):
+            search = _route(mapping, table).search
+            assert search is not None
+            backend.create_index(index, dict(search.mapping), {}, f"{index}_alias")
+        started = time.monotonic()
+        for index, table_rows in zip(names, rows.values(), strict=True):
+            for start in range(0, len(table_rows), CHUNK):
+                lines: list[dict[str, Any]] = []
+                for version, row in enumerate(table_rows[start : start + CHUNK], start=start):
+                    header = {"_index": index, "_id": str(row["id"]), "version": version + 1}
+                    lines += [{"index": header | {"version_type": "external_gte"}}, row]
+                answer = backend.bulk(lines)
+                if answer.get("errors"):
+                    raise RuntimeError(f"raw search bulk into {index} reported item errors")
+        return sum(len(r) for r in rows.values()) / (time.monotonic() - started)
+    finally:
+        backend.close()
+
+
+def search_update_rate(url: str, client_kind: str, rows: dict[str, list[dict[str, Any]]]) -> float:
+    """Re-index existing documents of the largest scratch index, 10 per bulk, for ~10 s: what
+    a stream of updates costs the server (inserts alone can hide it; see README Performance)."""
+    backend = open_backend(client_kind, url, timeout_seconds=300)
+    table, table_rows = max(rows.items(), key=lambda item: len(item[1]))
+    index = f"bench_raw_{table.split('.')[1]}"
+    rng = random.Random(1)
+    version = len(table_rows) + 1
+    updated = 0
+    try:
+        started = time.monotonic()
+        while updated == 0 or time.monotonic() - started < UPDATE_SECONDS:
+            lines: list[dict[str, Any]] = []
+            for row in rng.sample(table_rows, UPDATE_CHUNK):
+                version += 1
+                header = {"_index": index, "_id": str(row["id"]), "version": version}
+                lines += [{"index": header | {"version_type": "external_gte"}}, row]
+            backend.bulk(lines)
+            updated += UPDATE_CHUNK
+        return updated / (time.monotonic() - started)
+    finally:
+        backend.close()
+
+
+def drop_scratch_indices(url: str, client_kind: str, rows: dict[str, list[dict[str, Any]]]) -> None:
+    backend = open_backend(client_kind, url, timeout_seconds=300)
+    client = backend.client  # type: ignore[attr-defined]
+    for table in rows:
+        client.indices.delete(index=f"bench_raw_{table.split('.')[1]}", ignore_unavailable=True)
+    backend.close()
+
+
+def redis_rate(url: str, rows: dict[str, list[dict[str, Any]]]) -> float:
+    client = redis.Redis.from_url(url)
+    try:
+        started = time.monotonic()
+        for table, table_rows in rows.items():
+            for start in range(0, len(table_rows), CHUNK):
+                pipe = client.pipeline(transaction=False)
+                for version, row in enumerate(table_rows[start : start + CHUNK], start=start):
+                    key = f"benchraw:{table}:{row['id']}"
+                    pipe.hset(key, mapping={"row": json.dumps(row), "version": version + 1})
+                pipe.execute()
+        rate = sum(len(r) for r in rows.values()) / (time.monotonic() - started)
+        for key in client.scan_iter("benchraw:*", count=5000):
+            client.unlink(key)
+        return rate
+    finally:
+        client.close()
+
+
+def delta_rate(scratch: Path, rows: dict[str, list[dict[str, Any]]]) -> float:
+    tables = {t: pa.Table.from_pylist(r).append_column(
+        "_cdc_version", pa.array(range(len(r)), pa.int64())) for t, r in rows.items()}  # fmt: skip
+    try:
+        elapsed = 0.0
+        for table, source in tables.items():
+            path = str(scratch / table)
+            write_deltalake(path, source.slice(0, 0))
+            started = time.monotonic()
+            (
+                DeltaTable(path)
+                .merge(source, "t.id = s.id", source_alias="s", target_alias="t")
+                .when_matched_update_all(predicate="s._cdc_version >= t._cdc_version")
+                .when_not_matched_insert_all()
+                .execute()
+            )
+            elapsed += time.monotonic() - started
+        return sum(t.num_rows for t in tables.values()) / elapsed
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def measure(
+    pg_url: str,
+    mapping: MappingFile,
+    search_url: str,
+    client_kind: str,
+    redis_url: str,
+    scratch: Path,
+) -> RawRates:
+    rows = read_rows(pg_url, mapping)
+    try:
+        search = search_rate(search_url, client_kind, mapping, rows)
+        updates = search_update_rate(search_url, client_kind, rows)
+    finally:
+        drop_scratch_indices(search_url, client_kind, rows)
+    return RawRates(
+        sum(len(r) for r in rows.values()),
+        {
+            "search": search,
+            "redis": redis_rate(redis_url, rows),
+            "delta": delta_rate(scratch, rows),
+        },
+        updates,
+    )

@@ -1,0 +1,143 @@
+"""The printed table, the targets of issue 9 beside the figures, and the JSON document."""
+
+from __future__ import annotations
+
+from typing import Any
+
+SINKS = ("search", "redis", "delta")
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    line = lambda row: "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True))  # noqa: E731
+    return [line(header), "  ".join("-" * w for w in widths), *map(line, rows)]
+
+
+def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """Issue 9, item 4: each target with the figure measured and whether it is met."""
+    raw = result["raw"]["rows_per_second"]
+    slowest_sink = min(raw, key=raw.get)
+    slowest = raw[slowest_sink]
+    found: list[dict[str, Any]] = []
+    initial = result.get("initial_sync")
+    if initial:
+        rate = initial["all_sinks_rows_per_second"]
+        found.append({
+            "target": f"initial sync >= 0.8 x slowest raw ({slowest_sink} {slowest:.0f} rows/s)",
+            "figure": f"{rate:.0f} rows/s = {rate / slowest:.2f} x",
+            "met": rate >= 0.8 * slowest,
+        })  # fmt: skip
+    steps = result.get("streaming", [])
+    at_100 = next((s for s in steps if s["target_rate"] == 100), None)
+    if at_100:
+        lat = at_100["latency"]["all"]
+        found.append({
+            "target": "100 changes/s: all sinks p50 <= 0.5 s, p99 <= 1.5 s",
+            "figure": f"p50 {_ms(lat['p50'])} s, p99 {_ms(lat['p99'])} s",
+            "met": lat["p50"] is not None and lat["p50"] <= 0.5 and lat["p99"] <= 1.5,
+        })  # fmt: skip
+    draining = [s for s in steps if s["drains"]]
+    best = max(draining, key=lambda s: s["achieved_rate"]) if draining else None
+    p99 = best["latency"]["all"]["p99"] if best is not None else None
+    found.append({
+        "target": "highest rate that drains >= 0.5 x slowest raw, p99 <= 3 s there",
+        "figure": (
+            f"{best['achieved_rate']:.0f} changes/s = {best['achieved_rate'] / slowest:.2f} x, "
+            f"p99 {_ms(p99)} s"
+            if best is not None
+            else "no step drained"
+        ),
+        "met": best is not None and best["achieved_rate"] >= 0.5 * slowest
+        and p99 is not None and p99 <= 3.0,
+    })  # fmt: skip
+    soak = result.get("rss_soak")
+    if soak:
+        found.append({
+            "target": "job RSS flat (+-10%) at 100 changes/s",
+            "figure": f"{soak['first_mb']} -> {soak['last_mb']} MB over {soak['minutes']} min "
+            f"({soak['drift_percent']:+.1f}%)",
+            "met": abs(soak["drift_percent"]) <= 10,
+        })  # fmt: skip
+    return found
+
+
+def render(result: dict[str, Any]) -> str:
+    raw = result["raw"]["rows_per_second"]
+    lines = [f"cdc-sync end-to-end benchmark {result['started']} ({result['machine']})", ""]
+    lines += [f"rows: {result['rows']}", ""]
+    lines += [
+        "raw search re-index of existing documents (10 per bulk): "
+        f"{result['raw']['search_updates_per_second']:.1f} docs/s",
+        "",
+    ]
+    initial = result.get("initial_sync", {})
+    lines += _table(
+        ["sink", "raw rows/s", "initial sync s", "initial rows/s", "x raw"],
+        [
+            [
+                sink,
+                f"{raw[sink]:.0f}",
+                f"{initial['seconds'][sink]:.1f}" if initial else "-",
+                f"{initial['rows_per_second'][sink]:.0f}" if initial else "-",
+                f"{initial['rows_per_second'][sink] / raw[sink]:.2f}" if initial else "-",
+            ]
+            for sink in SINKS
+        ],
+    )
+    steps = result.get("streaming", [])
+    if steps:
+        lines += ["", "streaming: commit -> visible seconds (p50/p95/p99) per sink"]
+        rows = []
+        for s in steps:
+            lat = s["latency"]
+            cells = [
+                f"{s['target_rate']:.0f}",
+                f"{s['achieved_rate']:.0f}",
+                f"{lat['probes']}",
+            ]
+            for sink in (*SINKS, "all"):
+                p = lat[sink]
+                cells.append(f"{_ms(p['p50'])}/{_ms(p['p95'])}/{_ms(p['p99'])}")
+            cells += [
+                "yes" if s["drains"] else f"no ({s['drained_in_seconds']})",
+                f"{s['job_cpu_percent']:.0f}%",
+                f"{s['job_rss_mb']['max']}",
+                f"{s['service_cpu_percent'].get('search', 0):.0f}%",
+            ]
+            rows.append(cells)
+        lines += _table(
+            ["rate", "achieved", "probes", *SINKS, "all", "drains", "job cpu", "rss MB",
+             "search cpu"],
+            rows,
+        )  # fmt: skip
+        lines += ["", "stage breakdown per batch (mean seconds; max in brackets)"]
+        names = sorted({n for s in steps for n in s["stages"].get("stage_mean_seconds", {})})
+        rows = []
+        for s in steps:
+            st = s["stages"]
+            if not st.get("batches"):
+                rows.append([f"{s['target_rate']:.0f}", "0", "-", "-"] + ["-"] * len(names))
+                continue
+            rows.append(
+                [
+                    f"{s['target_rate']:.0f}",
+                    str(st["batches"]),
+                    f"{st['records_per_batch']:.0f}",
+                    _ms(st["interval_mean_seconds"]),
+                ]
+                + [
+                    f"{st['stage_mean_seconds'].get(n, 0):.2f} ({st['stage_max_seconds'][n]:.2f})"
+                    for n in names
+                ]
+            )
+        lines += _table(["rate", "batches", "records/batch", "interval", *names], rows)
+    lines += ["", "targets (issue 9)"]
+    lines += _table(
+        ["target", "figure", "met"],
+        [[t["target"], t["figure"], "yes" if t["met"] else "NO"] for t in result["targets"]],
+    )
+    return "\n".join(lines)

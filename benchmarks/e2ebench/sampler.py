@@ -1,0 +1,187 @@
+"""Commit -> visible per sink, sampled while the workload runs (sync_jobs' demo/latency.py, but
+with several probes in flight so a lagging job still yields samples).
+
+Every `interval` seconds a probe writes a unique marker into `full_name` of one of the first
+`rows` customers (a row whose previous probe was seen everywhere) and commits (row `rows` + 1
+is the drain probe's); one loop polls
+every pending probe in each sink: search by `_mget`, Redis by a pipelined HGET, Delta by one
+filtered read of the table (less often: each read replays the table's log).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pyarrow.dataset as ds
+import redis
+from deltalake import DeltaTable
+from deltalake.exceptions import TableNotFoundError
+
+from cdc_sync.core.model import TableId
+from cdc_sync.core.settings import Connections
+from cdc_sync.mapping import MappingFile
+from cdc_sync.sinks.search.backends import open_backend
+
+TABLE = TableId("shop", "customers")
+COLUMN = "full_name"
+POLL_SECONDS = 0.025
+DELTA_POLL_SECONDS = 0.1
+SINKS = ("search", "redis", "delta")
+
+
+@dataclass
+class Probe:
+    row_id: int
+    marker: str
+    committed: float  # monotonic
+    seen: dict[str, float] = field(default_factory=dict)  # sink -> seconds after commit
+
+    @property
+    def done(self) -> bool:
+        return len(self.seen) == len(SINKS)
+
+
+def percentiles(values: list[float]) -> dict[str, float | None]:
+    if not values:
+        return {"p50": None, "p95": None, "p99": None, "max": None}
+    if len(values) == 1:
+        return {"p50": values[0], "p95": values[0], "p99": values[0], "max": values[0]}
+    cuts = statistics.quantiles(values, n=100, method="inclusive")
+    return {"p50": cuts[49], "p95": cuts[94], "p99": cuts[98], "max": max(values)}
+
+
+class Sampler:
+    def __init__(self, mapping: MappingFile, connections: Connections, rows: int) -> None:
+        route = mapping.tables[TABLE]
+        assert route.search and route.cache and route.delta, "the probe table routes everywhere"
+        self.alias = route.search.index
+        self.cache_route = route.cache
+        self.delta_path = Path(connections.require("warehouse")) / route.delta.relative_path()
+        self.search = open_backend(connections.search_client, connections.require("search_url"))
+        self.cache = redis.Redis.from_url(connections.require("redis_url"))
+        self.pg = psycopg.connect(connections.require("pg_url"), autocommit=True)
+        self.rows = rows
+        self.probes: list[Probe] = []
+        self._busy: dict[int, Probe] = {}
+        self._next_row = 0
+        self._delta_polled = 0.0
+
+    # -- probes --------------------------------------------------------------------------------
+
+    def commit_probe(self) -> Probe | None:
+        """One probe on a free row (None when every row still has a probe in flight)."""
+        for _ in range(self.rows):
+            row_id = self._next_row % self.rows + 1
+            self._next_row += 1
+            if row_id not in self._busy:
+                return self._probe(row_id)
+        return None
+
+    def drain_probe(self) -> Probe:
+        """A probe on the row after the periodic ones: always free, it is awaited at once."""
+        return self._probe(self.rows + 1)
+
+    def _probe(self, row_id: int) -> Probe:
+        marker = f"probe-{uuid.uuid4().hex[:12]}"
+        self.pg.execute(
+            f"UPDATE {TABLE} SET {COLUMN} = %s WHERE id = %s".encode(), (marker, row_id)
+        )
+        probe = Probe(row_id, marker, time.monotonic())
+        self.probes.append(probe)
+        self._busy[row_id] = probe
+        return probe
+
+    def poll(self) -> None:
+        pending = list(self._busy.values())
+        if not pending:
+            return
+        now = time.monotonic()
+        self._check("search", pending, self._search_values, now)
+        self._check("redis", pending, self._cache_values, now)
+        if now - self._delta_polled >= DELTA_POLL_SECONDS:
+            self._delta_polled = now
+            self._check("delta", pending, self._delta_values, now)
+        for probe in pending:
+            if probe.done:
+                del self._busy[probe.row_id]
+
+    def _check(self, sink: str, pending: list[Probe], read: Any, now: float) -> None:
+        waiting = [p for p in pending if sink not in p.seen]
+        if not waiting:
+            return
+        values = read([p.row_id for p in waiting])
+        for probe in waiting:
+            if values.get(probe.row_id) == probe.marker:
+                probe.seen[sink] = now - probe.committed
+
+    def _search_values(self, ids: list[int]) -> dict[int, Any]:
+        docs = self.search.mget(self.alias, [str(i) for i in ids])
+        return {int(d["_id"]): d["_source"].get(COLUMN) for d in docs if d.get("found")}
+
+    def _cache_values(self, ids: list[int]) -> dict[int, Any]:
+        pipe = self.cache.pipeline(transaction=False)
+        for row_id in ids:
+            pipe.hget(self.cache_route.key(TABLE, str(row_id)), "row")
+        stored = pipe.execute()
+        return {
+            row_id: json.loads(value).get(COLUMN)
+            for row_id, value in zip(ids, stored, strict=True)
+            if value is not None
+        }
+
+    def _delta_values(self, ids: list[int]) -> dict[int, Any]:
+        try:
+            dataset = DeltaTable(str(self.delta_path)).to_pyarrow_dataset()
+        except TableNotFoundError:
+            return {}
+        found = dataset.to_table(columns=["id", COLUMN], filter=ds.field("id").isin(ids))
+        return dict(zip(found["id"].to_pylist(), found[COLUMN].to_pylist(), strict=True))
+
+    # -- running -------------------------------------------------------------------------------
+
+    def run(self, interval: float, stop: threading.Event) -> None:
+        """Probe every `interval` seconds and poll, until `stop`."""
+        next_probe = time.monotonic()
+        while not stop.is_set():
+            if time.monotonic() >= next_probe:
+                self.commit_probe()
+                next_probe += interval
+            self.poll()
+            time.sleep(POLL_SECONDS)
+
+    def wait_visible(self, probe: Probe, timeout: float) -> bool:
+        """Poll until `probe` is seen in every sink; False on timeout."""
+        deadline = time.monotonic() + timeout
+        while not probe.done:
+            if time.monotonic() > deadline:
+                return False
+            self.poll()
+            time.sleep(POLL_SECONDS)
+        return True
+
+    def take(self) -> list[Probe]:
+        """The probes so far (resolved or not), and start a new set."""
+        taken, self.probes = self.probes, []
+        return taken
+
+    def close(self) -> None:
+        self.search.close()
+        self.cache.close()
+        self.pg.close()
+
+
+def latency_summary(probes: list[Probe]) -> dict[str, Any]:
+    """p50/p95/p99/max per sink and for all sinks (the slowest sink of each probe)."""
+    summary: dict[str, Any] = {"probes": len(probes), "unresolved": sum(not p.done for p in probes)}
+    for sink in SINKS:
+        summary[sink] = percentiles([p.seen[sink] for p in probes if sink in p.seen])
+    summary["all"] = percentiles([max(p.seen.values()) for p in probes if p.done])
+    return summary

@@ -1,0 +1,88 @@
+"""One table's share of a micro-batch, written to the row sinks: where the writes happen.
+
+The same function runs in a Spark executor task (one per input partition, `job.task_writes`)
+and in process (`BatchApplier.apply`): fill unchanged-TOAST columns from Postgres, conform to
+the schema the driver accepted, route, write each sink, and report what happened. Sinks that
+commit once per table and batch (Delta) are not written here: the routed changes go back to
+the driver (`deferred`), which commits them once the tasks are done.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from cdc_sync.core.model import Change, Op, TableId
+from cdc_sync.job.schema_changes import SchemaState
+from cdc_sync.job.unavailable import SourceFiller
+from cdc_sync.mapping import TableRoute
+from cdc_sync.sinks.base import Sink, WriteResult
+
+
+@dataclass(frozen=True)
+class TableProgress:
+    """What one batch applied to one table: the newest version and source commit time among its
+    compacted changes (what metrics, watermarks and lag are computed from)."""
+
+    changes: int = 0
+    max_version: int | None = None
+    max_source_ts_ms: int | None = None
+    snapshot_rows: int = 0  # changes that are snapshot reads (op r): the initial-load progress
+
+    def add(self, change: Change) -> TableProgress:
+        return self.combine(
+            TableProgress(1, change.version, change.source_ts_ms, int(change.op is Op.READ))
+        )
+
+    def combine(self, other: TableProgress) -> TableProgress:
+        """Both shares of a table (two input partitions of one batch) together."""
+        return TableProgress(
+            self.changes + other.changes,
+            _max(self.max_version, other.max_version),
+            _max(self.max_source_ts_ms, other.max_source_ts_ms),
+            self.snapshot_rows + other.snapshot_rows,
+        )
+
+
+def _max(a: int | None, b: int | None) -> int | None:
+    return b if a is None else a if b is None else max(a, b)
+
+
+@dataclass
+class TableWrite:
+    """What writing one table's changes (of one partition, or of the batch) did."""
+
+    table: TableId
+    results: dict[str, WriteResult] = field(default_factory=dict)  # per sink name
+    seconds: dict[str, float] = field(default_factory=dict)  # per sink name, and "fill"
+    progress: TableProgress = field(default_factory=TableProgress)
+    gone: int = 0  # placeholders of rows deleted since: left out (job.unavailable)
+    deferred: list[Change] = field(default_factory=list)  # routed, for the driver's sinks
+
+
+def write_table(
+    route: TableRoute,
+    schema: SchemaState,
+    changes: Sequence[Change],
+    sinks: Sequence[Sink],
+    filler: SourceFiller | None,
+    defer: bool = False,
+) -> TableWrite:
+    """`changes`: compacted (one per key), each with its schema; `defer`: hand the routed
+    changes back for sinks that commit on the driver."""
+    written = TableWrite(route.table)
+    if filler is not None:
+        started = time.monotonic()
+        changes, written.gone = filler.fill(route.table, changes)
+        written.seconds["fill"] = time.monotonic() - started
+    routed = [route.route(schema.conform(change)) for change in changes]
+    for change in changes:
+        written.progress = written.progress.add(change)
+    for sink in sinks:
+        started = time.monotonic()
+        written.results[sink.name] = sink.apply(route, routed)
+        written.seconds[sink.name] = time.monotonic() - started
+    if defer:
+        written.deferred = routed
+    return written

@@ -1,0 +1,39 @@
+"""Spark's JVM output (start-up notices, log4j WARN lines) goes to the log file, not the console.
+
+Runs in a fresh interpreter: the JVM's output is decided when the JVM starts, once per process.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+SCRIPT = """
+import sys
+from pathlib import Path
+from cdc_sync.job.spark_session import build_spark
+spark = build_spark("console-test", jvm_log=Path(sys.argv[1]))
+spark.sparkContext._jvm.org.apache.logging.log4j.LogManager.getLogger("cdc-sync-test").warn("jvm-warning")
+print(spark.range(3).count())
+spark.stop()
+"""
+
+
+def _run(jvm_log: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", SCRIPT, jvm_log], capture_output=True, text=True, timeout=300
+    )
+
+
+def test_jvm_output_goes_to_the_log_file_and_stays_off_the_console(tmp_path: Path) -> None:
+    log = tmp_path / "logs" / "spark.log"
+    quiet = _run(str(log))
+    assert quiet.returncode == 0, quiet.stderr
+    assert quiet.stdout.strip() == "3"
+    assert "jvm-warning" not in quiet.stderr and "log4j" not in quiet.stderr, quiet.stderr
+    assert "jvm-warning" in log.read_text()

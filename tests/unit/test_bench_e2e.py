@@ -1,0 +1,97 @@
+"""The end-to-end benchmark's pure parts: it reads the job's per-batch log line (so a change to
+`BatchMetrics.summary()` must keep the benchmark's stage breakdown working), percentiles, and
+the issue-9 targets it prints."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from cdc_sync.job.applier import BatchMetrics
+from cdc_sync.sinks.base import WriteResult
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+from e2ebench.observe import batch_lines, stage_breakdown
+from e2ebench.report import targets
+from e2ebench.sampler import percentiles
+
+pytestmark = pytest.mark.unit
+
+
+def job_log_line(metrics: BatchMetrics) -> str:
+    """The line as `cdc-sync run` logs it (cdc_sync.cli's format)."""
+    record = logging.LogRecord(
+        "cdc_sync.job.applier", logging.INFO, __file__, 1, "%s", (metrics.summary(),), None
+    )
+    formatter = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return formatter.format(record)
+
+
+def test_batch_line_of_the_job_log_is_parsed_with_every_stage(tmp_path: Path) -> None:
+    metrics = BatchMetrics(7, records=180, changes=170, compacted=160, seconds=1.25)
+    metrics.sinks["search"] = WriteResult(applied=150, fenced=10)
+    metrics.stages.update({"decode": 0.4, "fold": 0.3, "fill": 0.02, "search": 0.5})
+    log = tmp_path / "job.log"
+    log.write_text(f"noise\n{job_log_line(metrics)}\nmore noise\n")
+
+    [line] = batch_lines(log)
+
+    assert (line.batch, line.records, line.applier_seconds) == (7, 180, 1.25)
+    assert line.stages == {"decode": 0.4, "fold": 0.3, "fill": 0.02, "search": 0.5}
+    assert abs(line.logged_at - time.time()) < 60
+
+
+def test_stage_breakdown_averages_the_batches_of_a_window(tmp_path: Path) -> None:
+    log = tmp_path / "job.log"
+    lines = []
+    for batch, search in ((1, 1.0), (2, 3.0)):
+        metrics = BatchMetrics(batch, records=100 * batch, seconds=search)
+        metrics.stages.update({"decode": 0.5, "search": search})
+        lines.append(job_log_line(metrics))
+    log.write_text("\n".join(lines) + "\n")
+
+    breakdown = stage_breakdown(batch_lines(log), time.time() - 60, time.time() + 60)
+
+    assert breakdown["batches"] == 2
+    assert breakdown["records_per_batch"] == 150
+    assert breakdown["stage_mean_seconds"] == {"decode": 0.5, "search": 2.0}
+    assert breakdown["stage_max_seconds"]["search"] == 3.0
+    assert stage_breakdown(batch_lines(log), 0, 1) == {"batches": 0}
+
+
+def test_percentiles() -> None:
+    values = [i / 100 for i in range(1, 101)]
+    found = percentiles(values)
+    assert found["p50"] == pytest.approx(0.505)
+    assert found["p99"] == pytest.approx(0.9901)
+    assert found["max"] == 1.0
+    assert percentiles([])["p50"] is None
+
+
+def step(rate: float, p50: float, p99: float, drains: bool) -> dict[str, object]:
+    latency = {"p50": p50, "p95": p99, "p99": p99, "max": p99}
+    return {"target_rate": rate, "achieved_rate": rate, "drains": drains,
+            "latency": {"all": latency}}  # fmt: skip
+
+
+def test_targets_compare_with_the_slowest_raw_rate_of_the_same_run() -> None:
+    result = {
+        "raw": {"rows_per_second": {"search": 500.0, "redis": 20000.0, "delta": 60000.0}},
+        "initial_sync": {"all_sinks_rows_per_second": 450.0},
+        "streaming": [
+            step(100, 0.3, 1.2, True),
+            step(300, 0.8, 2.5, True),
+            step(1000, 9.0, 30.0, False),
+        ],
+    }
+
+    found = {t["target"].split(" ")[0]: t for t in targets(result)}
+
+    assert found["initial"]["met"] and "0.90 x" in found["initial"]["figure"]
+    assert found["100"]["met"]
+    drain = found["highest"]
+    assert drain["met"] and "300 changes/s = 0.60 x" in drain["figure"]

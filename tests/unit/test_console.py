@@ -1,0 +1,125 @@
+"""The console: quiet by default with everything in the log file, one concise line per batch,
+and the snapshot progress view."""
+
+from __future__ import annotations
+
+import io
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from cdc_sync.core.logs import CONSOLE, setup_logging
+from cdc_sync.core.model import TableId
+from cdc_sync.job.applier import BatchMetrics, TableProgress
+from cdc_sync.job.console import SnapshotProgress, batch_line
+from cdc_sync.sinks.base import RecordFailure, WriteResult
+
+pytestmark = pytest.mark.unit
+CUSTOMERS = TableId("shop", "customers")
+ORDERS = TableId("shop", "orders")
+
+
+@pytest.fixture
+def restore_logging() -> Iterator[None]:
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+        handler.close()
+    for handler in handlers:
+        root.addHandler(handler)
+    root.setLevel(level)
+
+
+def test_console_shows_warnings_and_job_lines_the_file_everything(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], restore_logging: None
+) -> None:
+    settings = setup_logging(verbose=False, directory=tmp_path)
+    logging.getLogger("cdc_sync.job.applier").info("batch 3: records=10 ... (detailed)")
+    logging.getLogger(CONSOLE).info("batch 3: 10 records")
+    logging.getLogger("cdc_sync.sinks").warning("waiting for sink search")
+    console = capsys.readouterr().err
+    assert "batch 3: 10 records" in console and "waiting for sink search" in console
+    assert "detailed" not in console
+    logged = (tmp_path / "job.log").read_text()
+    assert "detailed" in logged and "batch 3: 10 records" in logged
+    assert settings.jvm_log == tmp_path / "spark.log"
+
+
+def test_verbose_console_shows_everything_and_keeps_spark_output(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], restore_logging: None
+) -> None:
+    settings = setup_logging(verbose=True, directory=tmp_path)
+    logging.getLogger("cdc_sync.job.applier").debug("detailed")
+    assert "detailed" in capsys.readouterr().err
+    assert settings.jvm_log is None  # the JVM writes to this console
+
+
+def _metrics() -> BatchMetrics:
+    metrics = BatchMetrics(7, records=447, changes=373, compacted=161, dead_lettered=2)
+    metrics.sinks["search"] = WriteResult(applied=150, fenced=11)
+    metrics.sinks["redis"] = WriteResult(applied=159, fenced=0, failures=[_failure(), _failure()])
+    metrics.tables[CUSTOMERS] = TableProgress(100, 9, 1_000_000)
+    metrics.tables[ORDERS] = TableProgress(61, 8, 998_000)
+    metrics.stages.update({"decode": 7.4, "fold": 2.1})
+    metrics.seconds = 1.9
+    return metrics
+
+
+def _failure() -> RecordFailure:
+    return RecordFailure(None, "ResponseError", "refused")  # type: ignore[arg-type]
+
+
+def test_batch_line_is_one_short_line() -> None:
+    line = batch_line(_metrics(), now_ms=1_001_300)
+    assert line == (
+        "batch 7: 447 records, 161 changes; search 150/11 redis 159/0 (2 failed) "
+        "(applied/fenced); 2 dead-lettered; lag 1.3 s; 11.4 s"
+    )
+    assert "\n" not in line
+
+
+def _snapshot_batch(batch_id: int, rows: dict[TableId, int], streamed: int = 0) -> BatchMetrics:
+    metrics = BatchMetrics(batch_id, compacted=sum(rows.values()) + streamed)
+    for table, count in rows.items():
+        metrics.tables[table] = TableProgress(count, 1, 1, snapshot_rows=count)
+    if streamed:
+        metrics.tables.setdefault(ORDERS, TableProgress(streamed, 2, 2))
+    return metrics
+
+
+def test_snapshot_progress_counts_rows_per_table_then_closes_with_a_summary(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    screen = io.StringIO()
+    view = SnapshotProgress(
+        {CUSTOMERS: 100, ORDERS: None},
+        expect_snapshot=True,
+        console=Console(file=screen, force_terminal=True, width=120),
+    )
+    view.start()
+    assert view.progress is not None
+    view(_snapshot_batch(0, {CUSTOMERS: 60, ORDERS: 5}))
+    view(_snapshot_batch(1, {CUSTOMERS: 40}))
+    tasks = {task.description: task for task in view.progress.tasks}
+    assert (tasks["shop.customers"].completed, tasks["shop.customers"].total) == (100, 100)
+    assert (tasks["shop.orders"].completed, tasks["shop.orders"].total) == (5, None)
+    with caplog.at_level(logging.INFO, logger=CONSOLE):
+        view(_snapshot_batch(2, {}, streamed=3))  # streaming only: the initial load is over
+    assert view.done
+    assert "snapshot: 105 rows of 2 table(s) synced" in caplog.text
+    assert "shop.customers" in screen.getvalue()
+
+
+def test_snapshot_progress_stays_closed_without_snapshot_rows() -> None:
+    view = SnapshotProgress(
+        {CUSTOMERS: 10}, expect_snapshot=False, console=Console(file=io.StringIO())
+    )
+    view.start()
+    view(_snapshot_batch(0, {}, streamed=4))
+    assert view.progress is None
+    view.close()
