@@ -38,7 +38,7 @@ from tests.adversarial.workload import CONNECTOR, MAPPING, TABLES
 from tests.e2e.sinks_state import clean_sinks
 
 MAX_OFFSETS_PER_TRIGGER = 2000
-MAINTAIN_EVERY_BATCHES = 10
+MAINTAIN_EVERY_BATCHES = 3
 STARTED_LINE = "sync job started"  # logged by cdc_sync.job.runner once the query runs
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 PYTHONPATH = os.pathsep.join(
