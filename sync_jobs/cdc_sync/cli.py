@@ -65,6 +65,7 @@ def job_options(args: argparse.Namespace, defaults: JobOptions) -> JobOptions:
         ),
         metrics_port=args.metrics_port,
         metrics_host=args.metrics_host or defaults.metrics_host,
+        maintain_every_batches=args.maintain_every or defaults.maintain_every_batches,
     )
 
 
@@ -114,9 +115,13 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_verify(args: argparse.Namespace) -> int:
     from cdc_sync.mapping import load_mapping
     from cdc_sync.verify.compare import verify_all
+    from cdc_sync.verify.repair import repair_options
 
+    if args.repair:
+        return cmd_repair(args)
     mapping = load_mapping(Path(args.mapping))
-    report = verify_all(mapping, _connections(args))
+    options = repair_options(mapping, args.table, args.sink)
+    report = verify_all(mapping, _connections(args), options.tables, options.sinks)
     print(report.table())
     return 0 if report.converged else 1
 
@@ -148,6 +153,64 @@ def cmd_status(args: argparse.Namespace) -> int:
     else:
         print(render(snapshot, verdict))
     return verdict.exit_code
+
+
+def cmd_repair(args: argparse.Namespace) -> int:
+    from cdc_sync.connectors.ops import load_target
+    from cdc_sync.core.kafka_clients import consumer_config
+    from cdc_sync.mapping import load_mapping
+    from cdc_sync.verify.repair import repair, repair_options
+    from cdc_sync.verify.resnapshot import SnapshotChannel
+
+    mapping = load_mapping(Path(args.mapping))
+    options = repair_options(
+        mapping, args.table, args.sink, rounds=args.rounds, settle_seconds=args.settle_seconds
+    )
+    connector = args.connector or mapping.connector
+    if connector is None:
+        raise ConfigError(mapping.path, "source.connector", "is not set: pass --connector FILE")
+    connections = _connections(args)
+    target = load_target(str(connector), args.set, connections)
+    channel = SnapshotChannel(
+        config=target.resolved,
+        conninfo=target.conninfo,
+        kafka=consumer_config(
+            connections.require("kafka_bootstrap"), connections.kafka_flavor, "cdc-sync-repair"
+        ),
+        timeout_seconds=args.snapshot_timeout,
+    )
+    result = repair(mapping, connections, channel, options)
+    return 0 if result.converged else 1
+
+
+def cmd_maintain(args: argparse.Namespace) -> int:
+    from cdc_sync.mapping import load_mapping
+    from cdc_sync.sinks.delta.maintenance import (
+        SAFE_RETENTION_HOURS,
+        UpkeepOptions,
+        format_upkeep,
+        maintain_route,
+    )
+
+    mapping = load_mapping(Path(args.mapping))
+    tables = mapping.chosen(args.table)
+    options = UpkeepOptions(
+        mapping.tombstone_retention_seconds,
+        retention_hours=(
+            SAFE_RETENTION_HOURS if args.retention_hours is None else args.retention_hours
+        ),
+        force=args.force,
+        dry_run=args.dry_run,
+    )
+    warehouse = Path(_connections(args).require("warehouse"))
+    results = [
+        upkeep
+        for route in mapping.tables.values()
+        if route.delta is not None and (tables is None or route.table in tables)
+        for upkeep in maintain_route(warehouse, route.delta, options)
+    ]
+    print(format_upkeep(results, args.dry_run) if results else "no Delta tables to maintain")
+    return 0
 
 
 def cmd_mappings_validate(args: argparse.Namespace) -> int:
@@ -218,6 +281,50 @@ def _fraction(text: str) -> float:
     return value
 
 
+def _add_repair_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--mapping", required=True)
+    parser.add_argument(
+        "--table", action="append", default=[], help="schema.table (repeatable; default all)"
+    )
+    parser.add_argument(
+        "--sink",
+        action="append",
+        default=[],
+        help="search, cache, delta (comma-separated or repeated; default all)",
+    )
+    repair = parser.add_argument_group("repair")
+    repair.add_argument(
+        "--connector", help="the connector JSON that captures (default: source.connector)"
+    )
+    repair.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a connector setting, as it runs (repeatable)",
+    )
+    repair.add_argument("--rounds", type=_positive_int, default=3, help="at most (default 3)")
+    repair.add_argument(
+        "--settle-seconds",
+        type=_positive_seconds,
+        default=60.0,
+        help="per round, how long the job may take to apply the snapshot rows (default 60)",
+    )
+    repair.add_argument(
+        "--snapshot-timeout",
+        type=_positive_seconds,
+        default=300.0,
+        help="seconds to wait for Debezium to report each snapshot completed (default 300)",
+    )
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     from cdc_sync.status.verdict import Thresholds
 
@@ -270,12 +377,22 @@ def build_parser() -> argparse.ArgumentParser:
         help="address the metrics endpoint binds (default 127.0.0.1; 0.0.0.0 in a container)",
     )
     run.add_argument(
+        "--maintain-every",
+        type=_positive_int,
+        metavar="N",
+        help="Delta upkeep (as `cdc-sync maintain`, default retention) after every N-th batch, "
+        "between batches (default: off)",
+    )
+    run.add_argument(
         "--available-now", action="store_true", help="process what is in the topics, then stop"
     )
     run.set_defaults(handler=cmd_run)
 
     verify = sub.add_parser("verify", help="compare every sink with the source tables")
-    verify.add_argument("--mapping", required=True)
+    verify.add_argument(
+        "--repair", action="store_true", help="then repair what differs (as `cdc-sync repair`)"
+    )
+    _add_repair_arguments(verify)
     verify.set_defaults(handler=cmd_verify)
 
     status = sub.add_parser(
@@ -320,6 +437,33 @@ def build_parser() -> argparse.ArgumentParser:
         "(default %(default)s)",
     )
     status.set_defaults(handler=cmd_status)
+    repair = sub.add_parser(
+        "repair",
+        help="rewrite rows missing, different or extra in a sink (fenced; the job must run)",
+    )
+    _add_repair_arguments(repair)
+    repair.set_defaults(handler=cmd_repair)
+
+    maintain = sub.add_parser(
+        "maintain",
+        help="Delta upkeep: compact small files, vacuum, prune delete tombstones",
+    )
+    maintain.add_argument("--mapping", required=True)
+    maintain.add_argument(
+        "--table", action="append", default=[], help="schema.table (repeatable; default all)"
+    )
+    maintain.add_argument(
+        "--retention-hours",
+        type=int,
+        default=None,
+        help="vacuum keeps files removed more recently (default 168, Delta's safety default; "
+        "lower needs --force)",
+    )
+    maintain.add_argument("--force", action="store_true", help="allow --retention-hours below 168")
+    maintain.add_argument(
+        "--dry-run", action="store_true", help="report what would be done; change nothing"
+    )
+    maintain.set_defaults(handler=cmd_maintain)
 
     mappings = sub.add_parser("mappings", help="mapping file tools")
     mappings_sub = mappings.add_subparsers(dest="mappings_command", required=True)

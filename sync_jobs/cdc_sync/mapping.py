@@ -74,6 +74,9 @@ class DeltaRoute:
     schema: str
     table: str
     partition_by: tuple[str, ...] = ()
+    # Delta's Change Data Feed (`delta.enableChangeDataFeed`): downstream jobs read the table's
+    # row-level changes (`table_changes`, deltalake `load_cdf`).
+    change_data_feed: bool = False
 
     def relative_path(self) -> str:
         return f"{self.schema}/{self.table}"
@@ -148,6 +151,21 @@ class MappingFile:
 
     def topics(self) -> list[str]:
         return sorted(f"{self.topic_prefix}.{table}" for table in self.tables)
+
+    def chosen(self, names: Iterable[str], option: str = "--table") -> frozenset[TableId] | None:
+        """Routed tables named on a command line (`schema.table`); None when none are named."""
+        chosen = set()
+        for name in names:
+            try:
+                table = TableId.parse(name)
+            except ValueError as exc:
+                raise ConfigError("command line", option, str(exc)) from exc
+            if table not in self.tables:
+                routed = ", ".join(sorted(str(t) for t in self.tables))
+                message = f"{name} is not routed by {self.path} (routed: {routed})"
+                raise ConfigError("command line", option, message)
+            chosen.add(table)
+        return frozenset(chosen) or None
 
     def uncovered(self, captured: Iterable[TableId]) -> list[TableId]:
         """Captured tables neither routed nor ignored: the one home of that rule."""
@@ -287,10 +305,15 @@ def _delta_route(reader: FieldReader, table: TableId) -> DeltaRoute | None:
     section = _section(reader, "delta")
     if section is None:
         return None
-    section.reject_unknown(("table", "partition_by"))
+    section.reject_unknown(("table", "partition_by", "change_data_feed"))
     qualified = section.str_("table", str(table))
     try:
         target = TableId.parse(qualified)
     except ValueError as exc:
         raise section.error("table", str(exc)) from exc
-    return DeltaRoute(target.schema, target.table, section.str_list("partition_by") or ())
+    return DeltaRoute(
+        target.schema,
+        target.table,
+        section.str_list("partition_by") or (),
+        change_data_feed=section.bool_("change_data_feed", False),
+    )

@@ -27,17 +27,18 @@ from confluent_kafka import Consumer, TopicPartition
 from opensearchpy.exceptions import ConnectionError as SearchConnectionError
 
 from cdc_sync.connectors.engine import CaptureEngine
-from cdc_sync.connectors.signals import request_snapshot
 from cdc_sync.core import settings
 from cdc_sync.core.kafka_clients import consumer_config
 from cdc_sync.core.settings import Connections
 from cdc_sync.debezium.connector import load_connector
+from cdc_sync.debezium.signals import request_snapshot
 from cdc_sync.mapping import MappingFile, load_mapping
 from cdc_sync.verify.compare import Report, verify_all
 from tests.adversarial.workload import CONNECTOR, MAPPING, TABLES
 from tests.e2e.sinks_state import clean_sinks
 
 MAX_OFFSETS_PER_TRIGGER = 2000
+MAINTAIN_EVERY_BATCHES = 10
 STARTED_LINE = "sync job started"  # logged by cdc_sync.job.runner once the query runs
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 PYTHONPATH = os.pathsep.join(
@@ -95,6 +96,10 @@ class JobProcess:
             # stand-in (five retries, then the job failed).
             "--max-offsets-per-trigger",
             str(MAX_OFFSETS_PER_TRIGGER),
+            # Delta upkeep between batches, as production runs it: the faults and the
+            # convergence checks then cover compacted and vacuumed tables too.
+            "--maintain-every",
+            str(MAINTAIN_EVERY_BATCHES),
         ]
         self.checkpoint = checkpoint
         self.env = env

@@ -7,15 +7,25 @@ flushed while running, repaired by an incremental snapshot. The long version is 
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
 
 import psycopg
+import pyarrow as pa
 import pytest
+from deltalake import DeltaTable, write_deltalake
 
+from cdc_sync.core.model import TableId
 from cdc_sync.core.settings import Connections
-from tests.adversarial.pipeline import Pipeline
+from cdc_sync.sinks.search import readback as search_readback
+from cdc_sync.sinks.search.backends import open_backend
+from tests.adversarial.pipeline import PROJECT_ROOT, Pipeline
 from tests.adversarial.workload import TABLES, Workload, create_schema, swap_deferred_keys
 from tests.e2e.conftest import with_path
 from tests.fixtures.services import KafkaEndpoint
@@ -149,3 +159,100 @@ def test_deferred_primary_key_swap_converges(adversarial: tuple[Pipeline, Worklo
     pipeline.wait_converged(timeout_seconds=120)  # the state before: converged
     assert swap_deferred_keys(workload.context()) is not None
     pipeline.wait_converged(timeout_seconds=30)
+
+
+def test_repair_restores_damaged_sinks_while_the_workload_runs(
+    adversarial: tuple[Pipeline, Workload],
+) -> None:
+    """`cdc-sync repair` (a subprocess, as ops run it) on damage of every kind at once: Redis
+    flushed, a search index's documents deleted, Delta rows corrupted, extra rows in search and
+    Delta; the workload keeps writing meanwhile, and the sinks end equal to Postgres."""
+    pipeline, workload = adversarial
+    pipeline.wait_converged(timeout_seconds=300)
+    damage(pipeline)
+    broken = {(str(t.table), s.sink): s for t in pipeline.verify().tables for s in t.sinks}
+    assert broken["adv.deferred", "search"].missing and broken["adv.child", "cache"].missing
+    assert len(broken["adv.deferred", "delta"].different) == 3
+    assert broken["adv.deferred", "delta"].extra == [str(EXTRA_ID)]
+    assert broken["adv.child", "search"].extra == [EXTRA_DOC]
+    finished: list[datetime] = []
+
+    def write() -> None:  # for a fixed time: repair's first round must fall inside it
+        end = time.monotonic() + WORKLOAD_SECONDS
+        while time.monotonic() < end:
+            paced(workload, 10)
+        finished.append(datetime.now(tz=UTC))
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    argv = [sys.executable, "-m", "cdc_sync.cli", "repair", "--mapping", str(pipeline.mapping_path)]
+    # The capture runs the connector file with this override (Pipeline.capture_settings).
+    argv += ["--set", f"notification.sink.topic.name={pipeline.topic_prefix}.notifications"]
+    repair = subprocess.run(
+        [*argv, "--rounds", "4"],
+        cwd=PROJECT_ROOT,
+        env=pipeline.job.env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    writer.join()
+    assert repair.returncode == 0, repair.stdout + repair.stderr
+    # The snapshot repair asked for started while the workload was still writing.
+    snapshot = re.search(r"snapshot (\S+) started", repair.stdout)
+    assert snapshot is not None, repair.stdout
+    assert datetime.fromisoformat(snapshot.group(1)) < finished[0], repair.stdout
+    # Per table and sink what was wrong and what repair did (counts include rows the workload
+    # changed meanwhile, so only lower bounds are certain).
+    for pattern in (
+        r"adv\.deferred search: [1-9]\d* missing",
+        r"adv\.child cache: [1-9]\d* missing",
+        r"adv\.deferred delta: \d+ missing, ([3-9]|\d{2,}) different",
+        r"adv\.deferred delta: \d+ extra: [1-9]\d* deleted at their stored version",
+        r"adv\.child search: \d+ extra: [1-9]\d* deleted at their stored version",
+    ):
+        assert re.search(pattern, repair.stdout), repair.stdout
+    assert repair.stdout.rstrip().endswith("converged"), repair.stdout
+    # The job ran its Delta upkeep between batches all along (`--maintain-every`).
+    parent = pipeline.mapping.tables[TableId("adv", "parent")].delta
+    assert parent is not None
+    history = DeltaTable(Path(pipeline.connections.require("warehouse")) / parent.relative_path())
+    assert "OPTIMIZE" in {commit.get("operation") for commit in history.history()}
+    pipeline.wait_converged(timeout_seconds=120)
+
+
+WORKLOAD_SECONDS = 20
+EXTRA_ID = 10**9
+EXTRA_DOC = "zz\\|extra|1"
+
+
+def damage(pipeline: Pipeline) -> None:
+    mapping, connections = pipeline.mapping, pipeline.connections
+    pipeline.flush_cache()
+    search = open_backend(connections.search_client, connections.require("search_url"))
+    try:
+        # The small documents' index: the search stand-in struggles with the parent's 60 kB ones.
+        wiped = mapping.tables[TableId("adv", "deferred")].search
+        child = mapping.tables[TableId("adv", "child")].search
+        assert wiped is not None and child is not None
+        ids = list(search_readback.documents(search, wiped.index))
+        search.bulk([{"delete": {"_index": wiped.index, "_id": i}} for i in ids])
+        extra = {"k": "zz|extra", "n": 1, "parent_id": 1, "qty": 1, "note": "not in postgres"}
+        versioned = {"version": 5, "version_type": "external"}
+        search.bulk([{"index": {"_index": child.index, "_id": EXTRA_DOC, **versioned}}, extra])
+    finally:
+        search.close()
+    deferred = mapping.tables[TableId("adv", "deferred")].delta
+    assert deferred is not None
+    path = str(Path(connections.require("warehouse")) / deferred.relative_path())
+    table = DeltaTable(path)
+    held = table.to_pyarrow_table()
+    ids = sorted(held["id"].to_pylist())[:3]
+    table.update(
+        predicate=f'"id" IN ({", ".join(map(str, ids))})', updates={'"val"': "'corrupted'"}
+    )
+    row = held.slice(0, 1)
+    row = row.set_column(
+        row.schema.get_field_index("id"), "id", pa.array([EXTRA_ID], row.schema.field("id").type)
+    )
+    write_deltalake(path, row.cast(pa.schema(DeltaTable(path).schema().to_arrow())), mode="append")

@@ -19,9 +19,9 @@ import redis
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from cdc_sync.connectors.signals import request_snapshot
 from cdc_sync.core.kafka_clients import admin_config, consumer_config, producer_config
 from cdc_sync.debezium.connector import load_connector
+from cdc_sync.debezium.signals import request_snapshot
 from cdc_sync.demo.workload import run_workload
 from cdc_sync.sinks.search.backends import open_backend
 from cdc_sync.verify.compare import cache_rows, delta_rows, search_rows, verify_all

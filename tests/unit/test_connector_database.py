@@ -8,12 +8,6 @@ from pathlib import Path
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 
-from cdc_sync.connectors.notifications import (
-    Notification,
-    describe,
-    notification_topic,
-    parse_notification,
-)
 from cdc_sync.connectors.ops import placeholder_env, report_snapshot
 from cdc_sync.core.errors import ConfigError
 from cdc_sync.core.settings import Connections
@@ -22,6 +16,12 @@ from cdc_sync.debezium.connector import (
     load_connector,
     same_database,
     source_conninfo,
+)
+from cdc_sync.debezium.notifications import (
+    Notification,
+    describe,
+    notification_topic,
+    parse_notification,
 )
 
 pytestmark = pytest.mark.unit

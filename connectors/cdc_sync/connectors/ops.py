@@ -26,17 +26,7 @@ import psycopg
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from cdc_sync.connectors.checks import run_checks
-from cdc_sync.connectors.notifications import (
-    CHANNELS_SETTING,
-    TOPIC_SETTING,
-    Notification,
-    describe,
-    end_offsets,
-    follow,
-    notification_topic,
-)
 from cdc_sync.connectors.rest import ConnectClient, ConnectError
-from cdc_sync.connectors.signals import request_snapshot
 from cdc_sync.connectors.slots import format_slots
 from cdc_sync.core.kafka_clients import consumer_config
 from cdc_sync.core.settings import Connections
@@ -48,6 +38,18 @@ from cdc_sync.debezium.connector import (
     same_database,
     source_conninfo,
 )
+from cdc_sync.debezium.notifications import (
+    CHANNELS_SETTING,
+    TOPIC_SETTING,
+    Notification,
+    SnapshotOutcome,
+    describe,
+    end_offsets,
+    follow,
+    notification_topic,
+    snapshot_outcome,
+)
+from cdc_sync.debezium.signals import request_snapshot
 from cdc_sync.debezium.slots import list_slots
 
 SECRET_MARKERS = ("password", "secret", "token", "key.pass")
@@ -229,22 +231,15 @@ def cmd_snapshot(args: argparse.Namespace, connections: Connections) -> int:
 
 def report_snapshot(notifications: Iterable[Notification], timeout: float) -> int:
     """Print each notification of the snapshot; 0 once it completed, 1 if aborted or silent."""
-    started = False
-    for notification in notifications:
-        print(describe(notification))
-        started = started or notification.type == "STARTED"
-        if notification.type == "COMPLETED":
-            return 0
-        if notification.type == "ABORTED":
-            return 1
-    if started:
+    outcome = snapshot_outcome(notifications, lambda n: print(describe(n)))
+    if outcome is SnapshotOutcome.INCOMPLETE:
         print(f"the snapshot started but did not complete within {timeout:g}s")
-    else:
+    elif outcome is SnapshotOutcome.SILENT:
         print(
             f"no notification within {timeout:g}s: the connector has not picked up the signal "
             "(is it running, on this database, with the signal table in table.include.list?)"
         )
-    return 1
+    return 0 if outcome is SnapshotOutcome.COMPLETED else 1
 
 
 def cmd_slots(args: argparse.Namespace, connections: Connections) -> int:

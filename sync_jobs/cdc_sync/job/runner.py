@@ -44,6 +44,7 @@ from cdc_sync.mapping import MappingFile, SchemaSource
 from cdc_sync.schema.catalog import ConverterModes, known_schemas
 from cdc_sync.sinks.base import Sink
 from cdc_sync.sinks.delta import DeltaSink
+from cdc_sync.sinks.delta.maintenance import EveryNBatches, UpkeepOptions, maintain_route
 from cdc_sync.sinks.delta.spark_client import DeltaSparkWriter, delta_spark_available
 from cdc_sync.source import kafka_stream
 
@@ -76,6 +77,8 @@ class JobOptions:
     metrics_probe_seconds: float = DEFAULT_PROBE_SECONDS
     # The initial snapshot's live progress view; None: when stdout is a terminal.
     snapshot_progress: bool | None = None
+    # Delta upkeep (compact, vacuum, prune tombstones) after every N-th batch; None: off.
+    maintain_every_batches: int | None = None
 
     def sink_retry(self, observer: RetryObserver | None = None) -> RetryPolicy:
         """The retry policy every sink writes under, reporting to `observer`."""
@@ -229,6 +232,8 @@ class SyncJob:
             catalog_schemas(mapping, connections),
             FileVersionFloors.beside_checkpoint(options.checkpoint_dir),
         )
+        every = options.maintain_every_batches
+        self.upkeep = EveryNBatches(every, self.maintain) if every else None
 
     def start(self, available_now: bool = False) -> StreamingQuery:
         if self.metrics is not None and self.metrics_port is None:
@@ -248,7 +253,7 @@ class SyncJob:
             stream.writeStream.queryName(
                 self.options.query_name or f"cdc-sync-{self.mapping.path.stem}"
             )
-            .foreachBatch(self.processor)
+            .foreachBatch(self._batch)
             .option("checkpointLocation", str(self.options.checkpoint_dir))
         )
         if available_now:
@@ -265,6 +270,18 @@ class SyncJob:
         query = writer.start()
         self.status.start_heartbeat(lambda: query_state(query))
         return query
+
+    def _batch(self, batch: DataFrame, batch_id: int) -> None:
+        self.processor(batch, batch_id)
+        if self.upkeep is not None:  # between batches: never beside this job's own MERGE
+            self.upkeep.after_batch()
+
+    def maintain(self) -> None:
+        """Delta upkeep of every routed table, with the default vacuum retention."""
+        options = UpkeepOptions(self.mapping.tombstone_retention_seconds)
+        for route in self.mapping.tables.values():
+            if route.delta is not None:
+                maintain_route(self.options.warehouse, route.delta, options)
 
     def drain(self, timeout_seconds: float = 600) -> None:
         """Process everything in the topics now, then stop (trigger availableNow)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal, InvalidOperation
@@ -19,6 +19,7 @@ from typing import Any
 
 import psycopg
 import redis
+from psycopg import sql
 from psycopg.abc import Buffer
 from psycopg.adapt import Loader
 
@@ -202,6 +203,18 @@ def source_rows(conn: psycopg.Connection[Any], route: TableRoute) -> Rows:
         }
 
 
+def source_keys(conn: psycopg.Connection[Any], table: TableId) -> dict[str, tuple[Any, ...]]:
+    """doc id -> primary-key values (in key order) of every row the table holds now."""
+    key = primary_key(conn, table)
+    query = sql.SQL("SELECT {} FROM {}").format(
+        sql.SQL(", ").join(sql.Identifier(c) for c in key),
+        sql.Identifier(table.schema, table.table),
+    )
+    with conn.cursor() as cursor:
+        cursor.execute(query)
+        return {document_id(tuple(zip(key, row, strict=True))): tuple(row) for row in cursor}
+
+
 def search_rows(backend: SearchBackend, route: TableRoute) -> Rows:
     assert route.search is not None
     held = search_readback.documents(backend, route.search.index)
@@ -216,12 +229,11 @@ def cache_rows(client: redis.Redis, route: TableRoute) -> Rows:
 
 def delta_rows(warehouse: Path, route: TableRoute, key: list[str]) -> Rows:
     assert route.delta is not None
-    key_names = [route.rename.get(k, k) for k in key]
-    rows: Rows = {}
-    for row in delta_readback.table_rows(warehouse, route.delta):
-        data = {k: v for k, v in row.items() if not k.startswith("_cdc_")}
-        rows[document_id(tuple((k, data[k]) for k in key_names))] = canonical_row(data)
-    return rows
+    held = delta_readback.rows_by_id(warehouse, route.delta, [route.rename.get(k, k) for k in key])
+    return {
+        ident: canonical_row({k: v for k, v in row.items() if not k.startswith("_cdc_")})
+        for ident, row in held.items()
+    }
 
 
 def compare(sink: str, expected: Rows, actual: Rows) -> SinkComparison:
@@ -238,30 +250,52 @@ def compare(sink: str, expected: Rows, actual: Rows) -> SinkComparison:
     return result
 
 
-def verify_all(mapping: MappingFile, connections: Connections) -> Report:
+SINK_NAMES = ("search", "cache", "delta")
+
+
+def verify_all(
+    mapping: MappingFile,
+    connections: Connections,
+    tables: Collection[TableId] | None = None,
+    sinks: Collection[str] | None = None,
+) -> Report:
+    """Every routed table (or those in `tables`) against every sink (or those in `sinks`)."""
     warehouse = Path(connections.require("warehouse"))
-    cache = redis.Redis.from_url(connections.redis_url) if connections.redis_url else None
-    search = (
-        open_backend(connections.search_client, connections.search_url)
-        if connections.search_url
+    wanted = set(SINK_NAMES if sinks is None else sinks)
+    cache = (
+        redis.Redis.from_url(connections.redis_url)
+        if connections.redis_url and "cache" in wanted
         else None
     )
-    tables: list[TableComparison] = []
-    with psycopg.connect(connections.require("pg_url")) as conn:
-        register_loaders(conn)
-        for route in mapping.tables.values():
-            expected = source_rows(conn, route)
-            key = primary_key(conn, route.table)
-            actual: list[tuple[str, Rows]] = []
-            if route.search is not None:
-                backend = search or open_backend(
-                    connections.search_client, connections.require("search_url")
-                )
-                actual.append(("search", search_rows(backend, route)))
-            if route.cache is not None and cache is not None:
-                actual.append(("cache", cache_rows(cache, route)))
-            if route.delta is not None:
-                actual.append(("delta", delta_rows(warehouse, route, key)))
-            comparisons = [compare(name, expected, rows) for name, rows in actual]
-            tables.append(TableComparison(route.table, len(expected), comparisons))
-    return Report(tables)
+    search = (
+        open_backend(connections.search_client, connections.search_url)
+        if connections.search_url and "search" in wanted
+        else None
+    )
+    report: list[TableComparison] = []
+    try:
+        with psycopg.connect(connections.require("pg_url")) as conn:
+            register_loaders(conn)
+            for route in mapping.tables.values():
+                if tables is not None and route.table not in tables:
+                    continue
+                expected = source_rows(conn, route)
+                key = primary_key(conn, route.table)
+                actual: list[tuple[str, Rows]] = []
+                if route.search is not None and "search" in wanted:
+                    backend = search or open_backend(
+                        connections.search_client, connections.require("search_url")
+                    )
+                    actual.append(("search", search_rows(backend, route)))
+                if route.cache is not None and cache is not None:
+                    actual.append(("cache", cache_rows(cache, route)))
+                if route.delta is not None and "delta" in wanted:
+                    actual.append(("delta", delta_rows(warehouse, route, key)))
+                comparisons = [compare(name, expected, rows) for name, rows in actual]
+                report.append(TableComparison(route.table, len(expected), comparisons))
+    finally:  # repeated verifies (repair, tests polling) must not leak connections
+        if cache is not None:
+            cache.close()
+        if search is not None:
+            search.close()
+    return Report(report)

@@ -5,9 +5,11 @@ The one read path for verify and the tests.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from cdc_sync.core.model import document_id
 from cdc_sync.mapping import DeltaRoute
 from cdc_sync.sinks.delta.target import open_table, table_path
 
@@ -16,3 +18,13 @@ def table_rows(warehouse: Path, delta: DeltaRoute) -> list[dict[str, Any]]:
     """Every row of the table (empty when it does not exist yet)."""
     table = open_table(table_path(warehouse, delta))
     return [] if table is None else table.to_pyarrow_table().to_pylist()
+
+
+def rows_by_id(
+    warehouse: Path, delta: DeltaRoute, key_names: Sequence[str]
+) -> dict[str, dict[str, Any]]:
+    """doc id (the key columns `key_names`, as named in the table) -> row, metadata included."""
+    return {
+        document_id(tuple((k, row[k]) for k in key_names)): row
+        for row in table_rows(warehouse, delta)
+    }

@@ -47,6 +47,25 @@ def target_schema(row_schema: pa.Schema) -> pa.Schema:
     return pa.schema([*fields, *METADATA_FIELDS])
 
 
+CHANGE_DATA_FEED = "delta.enableChangeDataFeed"
+
+
+def table_properties(route: DeltaRoute) -> dict[str, str]:
+    """The Delta table properties the mapping asks for."""
+    return {CHANGE_DATA_FEED: "true"} if route.change_data_feed else {}
+
+
+def ensure_properties(table: DeltaTable, route: DeltaRoute) -> list[str]:
+    """Set the properties an existing table lacks (a mapping turned them on later); returns
+    their names. A property the mapping no longer asks for is left as it is."""
+    current = table.metadata().configuration
+    missing = {k: v for k, v in table_properties(route).items() if current.get(k) != v}
+    if missing:
+        table.alter.set_table_properties(missing)
+        log.info("set %s on Delta table %s.%s", sorted(missing), route.schema, route.table)
+    return sorted(missing)
+
+
 def ensure_table(warehouse: Path, route: DeltaRoute, row_schema: pa.Schema) -> list[str]:
     """Create the table, or add the columns it lacks. Returns the added column names."""
     path = table_path(warehouse, route)
@@ -60,10 +79,12 @@ def ensure_table(warehouse: Path, route: DeltaRoute, row_schema: pa.Schema) -> l
             mode="ignore",
             partition_by=list(route.partition_by) or None,
             name=f"{route.schema}.{route.table}",
+            configuration=table_properties(route) or None,
         )
         log.info("created Delta table %s.%s at %s", route.schema, route.table, path)
         ensure_tombstones(warehouse, route)
         return list(wanted.names)
+    ensure_properties(table, route)
     current = pa.schema(table.schema().to_arrow())
     widened = [f for f in wanted if f.name in current.names and _retyped(current.field(f.name), f)]
     if widened:

@@ -96,7 +96,17 @@ class TombstoneStore:
         if now - self._last_prune.get(str(path), 0.0) < self.retention.total_seconds() / 10:
             return
         self._last_prune[str(path)] = now
-        table = open_table(path)
-        if table is not None:
-            cutoff = (datetime.now(tz=UTC) - self.retention).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-            table.delete(f"{datafusion_quote(TOMBSTONE_DELETED_AT)} < '{cutoff}'")
+        self.prune(route)
+
+    def prune(self, route: DeltaRoute, dry_run: bool = False) -> int:
+        """Forget the tombstones older than the retention now; returns how many (would) go."""
+        table = open_table(tombstone_path(self.warehouse, route))
+        if table is None:
+            return 0
+        cutoff = datetime.now(tz=UTC) - self.retention
+        if dry_run:
+            deleted_at = table.to_pyarrow_table(columns=[TOMBSTONE_DELETED_AT])[0]
+            return int(pc.sum(pc.less(deleted_at, pa.scalar(cutoff, deleted_at.type))).as_py() or 0)
+        stamp = cutoff.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        metrics = table.delete(f"{datafusion_quote(TOMBSTONE_DELETED_AT)} < '{stamp}'")
+        return int(metrics.get("num_deleted_rows", 0))

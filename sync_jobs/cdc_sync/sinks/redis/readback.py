@@ -6,6 +6,7 @@ The one read path for verify and the tests.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 import redis
@@ -14,6 +15,7 @@ from cdc_sync.core.model import TableId
 from cdc_sync.mapping import CacheRoute
 
 ROW_FIELD = "row"
+VERSION_FIELD = "version"  # zero-padded decimal (actions.VERSION_WIDTH)
 
 
 def entries(client: redis.Redis, cache: CacheRoute, table: TableId) -> dict[str, dict[str, str]]:
@@ -34,6 +36,17 @@ def rows(client: redis.Redis, cache: CacheRoute, table: TableId) -> dict[str, di
         for doc_id, fields in entries(client, cache, table).items()
         if ROW_FIELD in fields
     }
+
+
+def versions(
+    client: redis.Redis, cache: CacheRoute, table: TableId, ids: Sequence[str]
+) -> dict[str, int]:
+    """doc id -> stored version, for those of `ids` the cache holds."""
+    pipe = client.pipeline(transaction=False)
+    for doc_id in ids:
+        pipe.hget(cache.key(table, doc_id), VERSION_FIELD)
+    stored = pipe.execute() if ids else []
+    return {doc_id: int(v) for doc_id, v in zip(ids, stored, strict=True) if v is not None}
 
 
 def _glob_escape(text: str) -> str:

@@ -5,6 +5,7 @@ The one read path for verify, the mapping check and the tests (no raw HTTP besid
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from cdc_sync.sinks.search.backends import SearchBackend
@@ -34,3 +35,11 @@ def field_types(backend: SearchBackend, alias: str) -> dict[str, str]:
         for name, spec in mapping.get("properties", {}).items():
             types[name] = spec.get("type", "object")
     return types
+
+
+def versions(backend: SearchBackend, alias: str, ids: Sequence[str]) -> dict[str, int]:
+    """doc id -> stored version, for those of `ids` the index holds."""
+    if not ids or not backend.alias_exists(alias):
+        return {}
+    docs = backend.mget(alias, ids)
+    return {d["_id"]: int(d["_version"]) for d in docs if d.get("found")}

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
@@ -82,6 +83,30 @@ def describe(notification: Notification) -> str:
     return f"{when} {event}" + (f": {detail}" if detail else "")
 
 
+class SnapshotOutcome(StrEnum):
+    COMPLETED = "completed"
+    ABORTED = "aborted"
+    INCOMPLETE = "incomplete"  # started, not completed before the notifications ran out
+    SILENT = "silent"  # no notification at all: the connector did not pick up the signal
+
+
+def snapshot_outcome(
+    notifications: Iterable[Notification],
+    seen: Callable[[Notification], None] = lambda _: None,
+) -> SnapshotOutcome:
+    """How an incremental snapshot ended, from its notifications (`follow`); `seen` gets
+    each one as it arrives."""
+    started = False
+    for notification in notifications:
+        seen(notification)
+        started = started or notification.type == "STARTED"
+        if notification.type == "COMPLETED":
+            return SnapshotOutcome.COMPLETED
+        if notification.type == "ABORTED":
+            return SnapshotOutcome.ABORTED
+    return SnapshotOutcome.INCOMPLETE if started else SnapshotOutcome.SILENT
+
+
 def end_offsets(config: Mapping[str, Any], topic: str) -> dict[int, int]:
     """Each partition's end offset now; {} while the topic does not exist (Debezium creates it
     with its first notification)."""
@@ -101,7 +126,7 @@ def follow(
     start: Mapping[int, int],
     notification_id: str,
     timeout: float,
-) -> Iterator[Notification]:
+) -> Generator[Notification, None, None]:
     """The notifications with `notification_id` written after `start`, as they arrive, until
     `timeout` seconds have passed (the caller stops earlier by leaving the loop)."""
     deadline = time.monotonic() + timeout
