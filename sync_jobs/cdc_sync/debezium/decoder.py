@@ -149,8 +149,9 @@ def _parse_payload(
         )
     table = _table_from_source(source, coordinates)
     ts_ms = source.get("ts_ms") if isinstance(source.get("ts_ms"), int) else None
+    position = _own_position(source)
     if op is Op.DELETE:
-        return Change(table, key, op, version, None, coordinates, ts_ms)
+        return Change(table, key, op, version, None, coordinates, ts_ms, position=position)
     after = payload.get("after")
     if not isinstance(after, dict):
         raise MalformedRecord(coordinates, f"{where}.after", f"missing for op {op.value!r}")
@@ -167,7 +168,9 @@ def _parse_payload(
         row = convert_row(row_schema, after, skip=unavailable)
     except ValueError as exc:
         raise MalformedRecord(coordinates, f"{where}.after", str(exc)) from exc
-    return Change(table, key, op, version, row, coordinates, ts_ms, unavailable, row_schema)
+    return Change(
+        table, key, op, version, row, coordinates, ts_ms, unavailable, row_schema, position=position
+    )
 
 
 def commit_order_version(source: Mapping[str, Any]) -> int | None:
@@ -188,10 +191,17 @@ def commit_order_version(source: Mapping[str, Any]) -> int | None:
     sequence = _sequence(source)
     if sequence and sequence[0] is not None:
         return sequence[0]
+    lsn = _own_position(source)
+    if lsn is not None:
+        return lsn
+    return sequence[-1] if sequence and sequence[-1] is not None else None
+
+
+def _own_position(source: Mapping[str, Any]) -> int | None:
     lsn = source.get("lsn")
     if isinstance(lsn, int) and not isinstance(lsn, bool) and lsn >= 0:
         return lsn
-    return sequence[-1] if sequence and sequence[-1] is not None else None
+    return None
 
 
 def _sequence(source: Mapping[str, Any]) -> list[int | None]:

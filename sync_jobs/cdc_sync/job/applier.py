@@ -81,6 +81,9 @@ class BatchMetrics:
     offsets: dict[tuple[str, int], int] = field(default_factory=dict)
     # Per routed table, what this batch applied (every sink acknowledged it when observers run).
     tables: dict[TableId, TableProgress] = field(default_factory=dict)
+    # The highest `Change.commit_bound` among the batch's changes, heartbeats included: the
+    # read-your-writes watermark's candidate (job.watermark_rule says when it holds).
+    commit_bound: int | None = None
 
     def timed(self, stage: str, started: float) -> None:
         self.stages[stage] = self.stages.get(stage, 0.0) + time.monotonic() - started
@@ -152,6 +155,9 @@ class BatchApplier:
         metrics.offsets.update(offsets or {})
         metrics.tombstones += tombstone_deletes
         letters = self._handle_rejected(rejected, metrics)
+        metrics.commit_bound = max(
+            (b for b in (c.commit_bound for c in compacted) if b is not None), default=None
+        )
         by_table: dict[TableId, list[Change]] = defaultdict(list)
         for change, fingerprint in zip(compacted, schema_fps, strict=True):
             schema = schemas.get(fingerprint) if fingerprint else None
@@ -159,7 +165,7 @@ class BatchApplier:
         for table, table_changes in sorted(by_table.items()):
             route = self.mapping.route_for(table)
             if route is None:
-                continue  # not subscribed; only ignored tables' topics can get here
+                continue  # the heartbeat table (watermarks only), or a table not subscribed
             letters += self._apply_table(route, table_changes, metrics)
         if letters:
             if self.dead_letters is None:
@@ -235,6 +241,8 @@ class BatchApplier:
             policies = self.mapping.policies_for(record.table)
             if record.kind == "tombstone":
                 metrics.tombstones += 1
+                if record.table is not None and record.table == self.mapping.heartbeat_table:
+                    continue  # a deleted heartbeat row: nothing to apply anywhere
                 if policies.on_tombstone is OnTombstone.FAIL:
                     raise PolicyViolation(
                         f"{record.coordinates}: Kafka tombstone (null value) received; set "

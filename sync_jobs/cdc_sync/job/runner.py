@@ -27,12 +27,14 @@ from cdc_sync.job.health import SinkHealth, SinkStatus
 from cdc_sync.job.schema_store import FileSchemaStore
 from cdc_sync.job.stream import MicroBatchProcessor
 from cdc_sync.job.unavailable import SourceFiller
+from cdc_sync.job.watermarks import WatermarkObserver
 from cdc_sync.mapping import MappingFile, SchemaSource
 from cdc_sync.schema.catalog import ConverterModes, known_schemas
 from cdc_sync.sinks.base import Sink
 from cdc_sync.sinks.delta import DeltaSink
 from cdc_sync.sinks.delta.spark_client import DeltaSparkWriter, delta_spark_available
 from cdc_sync.source import kafka_stream
+from cdc_sync.source.end_offsets import EndOffsets
 
 log = logging.getLogger(__name__)
 
@@ -169,6 +171,13 @@ class SyncJob:
             mapping.dead_letter_topic,
         )
         self.filler = SourceFiller(connections.require("pg_url"), converter_modes(mapping))
+        # Read-your-writes: the applied watermark, recorded in every sink after each batch.
+        self.watermarks = WatermarkObserver(
+            mapping,
+            self.sinks,
+            EndOffsets(connections.require("kafka_bootstrap"), connections.kafka_flavor),
+            options.checkpoint_dir,
+        )
         # The accepted schemas belong to this query's checkpoint: a new checkpoint, a new baseline.
         self.applier = BatchApplier(
             mapping,
@@ -176,7 +185,7 @@ class SyncJob:
             self.dead_letters,
             self.filler,
             FileSchemaStore.beside_checkpoint(options.checkpoint_dir),
-            observers,
+            [self.watermarks, *observers],
         )
         self.processor = MicroBatchProcessor(
             self.applier,
@@ -232,3 +241,4 @@ class SyncJob:
             sink.close()
         self.dead_letters.close()
         self.filler.close()
+        self.watermarks.close()

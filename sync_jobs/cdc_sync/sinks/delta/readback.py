@@ -10,9 +10,19 @@ from typing import Any
 
 from cdc_sync.mapping import DeltaRoute
 from cdc_sync.sinks.delta.target import open_table, table_path
+from cdc_sync.sinks.delta.watermarks import LSN, TOPIC, watermark_path
 
 
 def table_rows(warehouse: Path, delta: DeltaRoute) -> list[dict[str, Any]]:
     """Every row of the table (empty when it does not exist yet)."""
     table = open_table(table_path(warehouse, delta))
     return [] if table is None else table.to_pyarrow_table().to_pylist()
+
+
+def watermarks(warehouse: Path) -> dict[str, int]:
+    """Applied watermarks, topic -> WAL position (empty before the job recorded one)."""
+    table = open_table(watermark_path(warehouse))
+    if table is None:
+        return {}
+    rows = table.to_pyarrow_table(columns=[TOPIC, LSN]).to_pylist()
+    return {row[TOPIC]: int(row[LSN]) for row in rows}

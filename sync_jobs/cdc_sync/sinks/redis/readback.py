@@ -11,7 +11,7 @@ from typing import Any
 import redis
 
 from cdc_sync.core.model import TableId
-from cdc_sync.mapping import CacheRoute
+from cdc_sync.mapping import WATERMARKS_KEY_SUFFIX, CacheRoute
 
 ROW_FIELD = "row"
 
@@ -34,6 +34,22 @@ def rows(client: redis.Redis, cache: CacheRoute, table: TableId) -> dict[str, di
         for doc_id, fields in entries(client, cache, table).items()
         if ROW_FIELD in fields
     }
+
+
+def watermarks(client: redis.Redis, prefix: str | None = None) -> dict[str, int]:
+    """Applied watermarks, topic -> WAL position, from `<prefix>:_cdc:watermarks` (every
+    prefix's hash when `prefix` is None; a topic in several takes the lowest)."""
+    if prefix is not None:
+        keys = [CacheRoute(prefix).watermarks_key().encode()]
+    else:
+        keys = list(client.scan_iter(match=f"*:{WATERMARKS_KEY_SUFFIX}", count=1000))
+    found: dict[str, int] = {}
+    for key in keys:
+        fields: dict[bytes, bytes] = client.hgetall(key)  # type: ignore[assignment]
+        for topic, value in fields.items():
+            name = topic.decode()
+            found[name] = min(int(value), found.get(name, int(value)))
+    return found
 
 
 def _glob_escape(text: str) -> str:

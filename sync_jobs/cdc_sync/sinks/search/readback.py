@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from cdc_sync.sinks.search.backends import SearchBackend
+from cdc_sync.sinks.search.watermarks import WATERMARK_INDEX
 
 PAGE = 1000
 
@@ -37,3 +38,11 @@ def field_types(backend: SearchBackend, alias: str) -> dict[str, str]:
         for name, spec in mapping.get("properties", {}).items():
             types[name] = spec.get("type", "object")
     return types
+
+
+def watermarks(backend: SearchBackend) -> dict[str, int]:
+    """Applied watermarks, topic -> WAL position (empty before the job recorded one)."""
+    return {
+        doc_id: int(source["lsn"])
+        for doc_id, (_, source) in documents(backend, WATERMARK_INDEX).items()
+    }
