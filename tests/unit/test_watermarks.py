@@ -15,6 +15,7 @@ from cdc_sync.core.errors import ConfigError
 from cdc_sync.core.lsn import format_lsn, parse_lsn
 from cdc_sync.core.model import Change, Op, TableId
 from cdc_sync.core.settings import Connections
+from cdc_sync.debezium.connector import load_connector
 from cdc_sync.job.applier import BatchApplier, BatchMetrics
 from cdc_sync.job.watermark_rule import WatermarkRule
 from cdc_sync.job.watermarks import WatermarkObserver
@@ -279,3 +280,13 @@ def test_a_bad_heartbeat_table_names_the_setting(tmp_path: Path, value: str, mes
     path.write_text(MAPPING_WITH_HEARTBEAT % value)
     with pytest.raises(ConfigError, match=f"source.heartbeat_table.*{message}"):
         load_mapping(path)
+
+
+@pytest.mark.parametrize("mapping_file", ["mappings/shop.yaml", "tests/adversarial/mapping.yaml"])
+def test_shipped_connectors_beat_into_the_table_their_mapping_subscribes(mapping_file: str) -> None:
+    mapping = load_mapping(Path(mapping_file))
+    assert mapping.connector is not None and mapping.heartbeat_table is not None
+    config = load_connector(mapping.connector).config
+    table = str(mapping.heartbeat_table)
+    assert table in config["table.include.list"].split(",")
+    assert config["heartbeat.action.query"].startswith(f"INSERT INTO {table} ")
