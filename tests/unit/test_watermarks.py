@@ -234,6 +234,8 @@ def test_wait_rejects_bad_input_before_touching_a_sink() -> None:
         wait_for_lsn("0/zz", NO_SERVICES, sinks=["cache"])
     with pytest.raises(WaitError, match="unknown sink 'redis'; sinks: search, cache, delta"):
         wait_for_lsn("0/10", NO_SERVICES, sinks=["redis"])
+    with pytest.raises(WaitError, match="no sink to wait for"):
+        wait_for_lsn("0/10", NO_SERVICES)
     mapping, _ = heartbeat_mapping()  # products: search and cache, no Delta
     with pytest.raises(WaitError, match="routes no table to sink 'delta'"):
         wait_for_lsn("0/10", NO_SERVICES, sinks=["delta"], mapping=mapping)

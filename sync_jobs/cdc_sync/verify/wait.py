@@ -100,6 +100,8 @@ def wait_for_lsn(
     whether it was reached and how far each sink got; WaitError on bad input."""
     target = _target(lsn)
     names = _sink_names(sinks, mapping, connections)
+    if not names:
+        raise WaitError("no sink to wait for: name one with --sink, or configure its URL")
     with ExitStack() as stack:
         readers = [_reader(name, connections, mapping, stack) for name in names]
         started = time.monotonic()
