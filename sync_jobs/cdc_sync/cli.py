@@ -1,4 +1,4 @@
-"""`cdc-sync` command line: run, verify, mappings, capture, connectors.
+"""`cdc-sync` command line: run, verify, wait, mappings, capture, connectors.
 
 Commands of the development tooling (`stack`, `demo`) are not imported from here: their packages
 register them under the `cdc_sync.commands` entry-point group and this module finds them there,
@@ -211,6 +211,27 @@ def cmd_maintain(args: argparse.Namespace) -> int:
     ]
     print(format_upkeep(results, args.dry_run) if results else "no Delta tables to maintain")
     return 0
+
+
+def cmd_wait(args: argparse.Namespace) -> int:
+    from cdc_sync.mapping import load_mapping
+    from cdc_sync.verify.wait import WaitError, wait_for_lsn
+
+    mapping = load_mapping(Path(args.mapping)) if args.mapping else None
+    sinks = [name.strip() for name in args.sink.split(",")] if args.sink is not None else None
+    try:
+        result = wait_for_lsn(
+            args.lsn,
+            _connections(args),
+            sinks=sinks,
+            mapping=mapping,
+            timeout_seconds=args.timeout,
+        )
+    except WaitError as exc:
+        print(f"cdc-sync wait: {exc}", file=sys.stderr)
+        return 2
+    print(result.report())
+    return 0 if result.reached else 1
 
 
 def cmd_mappings_validate(args: argparse.Namespace) -> int:
@@ -464,6 +485,26 @@ def build_parser() -> argparse.ArgumentParser:
         "--dry-run", action="store_true", help="report what would be done; change nothing"
     )
     maintain.set_defaults(handler=cmd_maintain)
+
+    wait = sub.add_parser(
+        "wait",
+        help="wait until sinks applied every change committed at or before an LSN "
+        "(read your writes; exit 1 on timeout)",
+    )
+    wait.add_argument(
+        "--lsn", required=True, help="a WAL position as pg_current_wal_lsn() prints it (0/1A2B3C8)"
+    )
+    wait.add_argument(
+        "--sink",
+        help="comma-separated: search,cache,delta (default: every sink the mapping routes to, "
+        "or every configured one)",
+    )
+    wait.add_argument(
+        "--mapping",
+        help="wait for every table it routes (default: every topic the sinks hold a watermark for)",
+    )
+    wait.add_argument("--timeout", type=_positive_seconds, default=30.0, metavar="SECONDS")
+    wait.set_defaults(handler=cmd_wait)
 
     mappings = sub.add_parser("mappings", help="mapping file tools")
     mappings_sub = mappings.add_subparsers(dest="mappings_command", required=True)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -30,6 +30,9 @@ class RefusingSink:
     def apply(self, route: TableRoute, changes: Sequence[Change]) -> WriteResult:
         failures = [RecordFailure(c, "mapper_parsing_exception", "refused") for c in changes]
         return WriteResult(failures=failures)
+
+    def record_watermark(self, routes: Mapping[str, TableRoute], position: int) -> None:
+        return None
 
     def close(self) -> None:
         return None

@@ -40,6 +40,7 @@ from cdc_sync.job.status_file import StatusRecorder
 from cdc_sync.job.stream import MicroBatchProcessor
 from cdc_sync.job.task_sinks import TaskSinkSpec
 from cdc_sync.job.version_floors import FileVersionFloors
+from cdc_sync.job.watermarks import WatermarkObserver
 from cdc_sync.mapping import MappingFile, SchemaSource
 from cdc_sync.schema.catalog import ConverterModes, known_schemas
 from cdc_sync.sinks.base import Sink
@@ -47,6 +48,7 @@ from cdc_sync.sinks.delta import DeltaSink
 from cdc_sync.sinks.delta.maintenance import EveryNBatches, UpkeepOptions, maintain_route
 from cdc_sync.sinks.delta.spark_client import DeltaSparkWriter, delta_spark_available
 from cdc_sync.source import kafka_stream
+from cdc_sync.source.end_offsets import EndOffsets
 
 log = logging.getLogger(__name__)
 
@@ -216,6 +218,13 @@ class SyncJob:
         self.progress = snapshot_progress(mapping, connections, options)
         # The progress view first: its summary line precedes the batch line that ended it.
         console = ([self.progress] if self.progress else []) + [BatchLine()]
+        # Read-your-writes: the applied watermark, recorded in every sink after each batch.
+        self.watermarks = WatermarkObserver(
+            mapping,
+            self.sinks,
+            EndOffsets(connections.require("kafka_bootstrap"), connections.kafka_flavor),
+            options.checkpoint_dir,
+        )
         # The accepted schemas belong to this query's checkpoint: a new checkpoint, a new baseline.
         self.applier = BatchApplier(
             mapping,
@@ -223,7 +232,7 @@ class SyncJob:
             self.dead_letters,
             None,  # the TOAST fill runs in the write tasks (spec.pg_url)
             FileSchemaStore.beside_checkpoint(options.checkpoint_dir),
-            [*observers, self.status, *console],
+            [self.watermarks, *observers, self.status, *console],
         )
         self.processor = MicroBatchProcessor(
             self.applier,
@@ -307,6 +316,7 @@ class SyncJob:
             sink.close()
         self.dead_letters.close()
         self.relay.close()
+        self.watermarks.close()
 
 
 def snapshot_progress(
