@@ -1,24 +1,24 @@
-"""One adversarial pipeline: embedded capture in this process, the sync job as a subprocess.
+"""One adversarial pipeline: capture and the sync job, each a subprocess in its own group.
 
 The job runs as `python -m cdc_sync.cli run --mapping ... --checkpoint ...` with its settings in
-`CDC_SYNC_*` variables, in its own process group, so a fault is a real `kill -9` of the job (its
-JVM and Python workers included) and a restart reads the same checkpoint. Capture (the embedded
-Debezium engine with tests/adversarial/connector.json) can be stopped and started on its offset
-file and replication slot. Used by tests/e2e/test_adversarial.py and tests/adversarial/soak.py.
+`CDC_SYNC_*` variables, so a fault is a real `kill -9` of the job (its JVM and Python workers
+included) and a restart reads the same checkpoint. Capture (tests/adversarial/capture.py: the
+embedded engine as `cdc-sync capture`, or a Kafka Connect worker) runs the connector of
+tests/adversarial/connector.json with the pipeline's own topics and slot; it can be stopped, or
+killed with SIGKILL, and restarted on its offsets and slot. Used by tests/e2e/test_adversarial.py
+and tests/adversarial/soak.py.
 """
 
 from __future__ import annotations
 
-import contextlib
+import json
 import os
-import signal
-import subprocess
 import sys
 import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import psycopg
 import redis
@@ -26,7 +26,6 @@ import yaml
 from confluent_kafka import Consumer, TopicPartition
 from opensearchpy.exceptions import ConnectionError as SearchConnectionError
 
-from cdc_sync.connectors.engine import CaptureEngine
 from cdc_sync.connectors.signals import request_snapshot
 from cdc_sync.core import settings
 from cdc_sync.core.kafka_clients import consumer_config
@@ -34,12 +33,13 @@ from cdc_sync.core.settings import Connections
 from cdc_sync.debezium.connector import load_connector
 from cdc_sync.mapping import MappingFile, load_mapping
 from cdc_sync.verify.compare import Report, verify_all
+from tests.adversarial.capture import Capture, ConnectCapture, EngineCapture
+from tests.adversarial.child import PROJECT_ROOT, ChildProcess, wait_for
 from tests.adversarial.workload import CONNECTOR, MAPPING, TABLES
 from tests.e2e.sinks_state import clean_sinks
 
 MAX_OFFSETS_PER_TRIGGER = 2000
 STARTED_LINE = "sync job started"  # logged by cdc_sync.job.runner once the query runs
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
 PYTHONPATH = os.pathsep.join(
     str(PROJECT_ROOT / part) for part in ("sync_jobs", "connectors", "infra", ".")
 )
@@ -56,6 +56,19 @@ def write_mapping(directory: Path, topic_prefix: str) -> Path:
     path = directory / "mapping.yaml"
     path.write_text(yaml.safe_dump(document, sort_keys=False))
     return path
+
+
+def connector_config(topic_prefix: str) -> dict[str, str]:
+    """tests/adversarial/connector.json with this pipeline's topics, slot and publication.
+    The slot survives a capture stop, so a restart streams what changed meanwhile;
+    tests.pg.private_database drops it with the database."""
+    return dict(load_connector(CONNECTOR).config) | {
+        "topic.prefix": topic_prefix,
+        "slot.name": f"{topic_prefix}_slot",
+        "publication.name": f"{topic_prefix}_pub",
+        "notification.sink.topic.name": f"{topic_prefix}.notifications",
+        "slot.drop.on.stop": "false",
+    }
 
 
 def job_environment(connections: Connections, state: Path) -> dict[str, str]:
@@ -75,11 +88,11 @@ def job_environment(connections: Connections, state: Path) -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("CDC_SYNC_")} | values
 
 
-class JobProcess:
+class JobProcess(ChildProcess):
     """`cdc-sync run` as a subprocess; `kill()` is SIGKILL to its whole process group."""
 
     def __init__(self, mapping: Path, checkpoint: Path, env: dict[str, str], log: Path) -> None:
-        self.argv = [
+        argv = [
             sys.executable,
             "-m",
             "cdc_sync.cli",
@@ -96,25 +109,8 @@ class JobProcess:
             "--max-offsets-per-trigger",
             str(MAX_OFFSETS_PER_TRIGGER),
         ]
+        super().__init__("sync job", argv, env, log)
         self.checkpoint = checkpoint
-        self.env = env
-        self.log = log
-        self.process: subprocess.Popen[bytes] | None = None
-        self._log_file: IO[bytes] | None = None
-        self.starts = 0
-
-    def start(self) -> None:
-        assert self.process is None, "the job is already running"
-        self._log_file = self.log.open("ab")
-        self.process = subprocess.Popen(
-            self.argv,
-            cwd=PROJECT_ROOT,
-            env=self.env,
-            stdout=self._log_file,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # its own process group: the JVM and workers die with it
-        )
-        self.starts += 1
 
     def _batches(self, folder: str) -> list[int]:
         path = self.checkpoint / folder
@@ -156,47 +152,13 @@ class JobProcess:
                 raise TimeoutError(f"sync job not started in {timeout_seconds}s: {self.log}")
             time.sleep(0.2)
 
-    def raise_if_dead(self) -> None:
-        if self.process is not None and self.process.poll() is not None:
-            raise AssertionError(
-                f"sync job exited with {self.process.returncode}; log tail:\n{self.tail()}"
-            )
-
-    def tail(self, lines: int = 40) -> str:
-        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-
-    def kill(self) -> None:
-        """kill -9: no batch finishes, no sink is closed, nothing is flushed."""
-        if self.process is None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.process.pid, signal.SIGKILL)
-        self.process.wait(timeout=30)
-        self._close_log()
-
-    def stop(self) -> None:
-        """A graceful stop (SIGTERM: the current batch finishes)."""
-        if self.process is None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.process.pid, signal.SIGTERM)
-        try:
-            self.process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(timeout=30)
-        self._close_log()
-
-    def _close_log(self) -> None:
-        self.process = None
-        if self._log_file is not None:
-            self._log_file.close()
-            self._log_file = None
-
 
 @dataclass
 class Pipeline:
-    """Capture + job + the pipeline's own sinks (topic prefix, Redis db, indices, warehouse)."""
+    """Capture + job + the pipeline's own sinks (topic prefix, Redis db, indices, warehouse).
+
+    `capture` is "engine" (`cdc-sync capture`, the embedded engine) or "connect" (a Kafka
+    Connect worker of the pipeline's own): both are processes a fault can kill -9."""
 
     connections: Connections
     root: Path
@@ -204,46 +166,72 @@ class Pipeline:
     mapping_path: Path
     mapping: MappingFile
     job: JobProcess
-    capture: CaptureEngine | None = None
+    capture: Capture
 
     @classmethod
-    def create(cls, connections: Connections, root: Path) -> Pipeline:
+    def create(cls, connections: Connections, root: Path, capture: str = "engine") -> Pipeline:
         topic_prefix = f"adv{uuid.uuid4().hex[:6]}"
         root.mkdir(parents=True, exist_ok=True)
         mapping_path = write_mapping(root, topic_prefix)
         env = job_environment(connections, root / "state")
         job = JobProcess(mapping_path, root / "checkpoints" / "main", env, root / "job.log")
-        return cls(connections, root, topic_prefix, mapping_path, load_mapping(mapping_path), job)
+        pg_url = connections.require("pg_url")
+        config = connector_config(topic_prefix)
+        if capture == "engine":
+            connector = root / "connector.json"
+            connector.write_text(json.dumps({"name": topic_prefix, "config": config}, indent=2))
+            engine = EngineCapture(connector, root, env, pg_url, config["slot.name"])
+            return cls(
+                connections,
+                root,
+                topic_prefix,
+                mapping_path,
+                load_mapping(mapping_path),
+                job,
+                engine,
+            )
+        if capture == "connect":
+            worker = ConnectCapture(
+                {"name": topic_prefix} | config,
+                root / "connect",
+                connections.require("kafka_bootstrap"),
+                connections.kafka_flavor,
+                pg_url,
+            )
+            return cls(
+                connections,
+                root,
+                topic_prefix,
+                mapping_path,
+                load_mapping(mapping_path),
+                job,
+                worker,
+            )
+        raise ValueError(f"capture: expected engine or connect, got {capture!r}")
 
     # -- capture ------------------------------------------------------------------------------
 
-    def capture_settings(self) -> dict[str, str]:
-        # The slot survives a capture stop, so a restart streams what changed meanwhile;
-        # tests.pg.private_database drops it with the database.
-        return {
-            "topic.prefix": self.topic_prefix,
-            "slot.name": f"{self.topic_prefix}_slot",
-            "publication.name": f"{self.topic_prefix}_pub",
-            "notification.sink.topic.name": f"{self.topic_prefix}.notifications",
-            "slot.drop.on.stop": "false",
-        }
-
     def start_capture(self) -> None:
-        assert self.capture is None
-        self.capture = CaptureEngine.from_file(
-            CONNECTOR, self.connections, self.root / "capture", self.capture_settings()
-        )
         self.capture.start()
-        self.capture.wait_ready(timeout_seconds=120)
 
     def stop_capture(self) -> None:
-        if self.capture is not None:
-            self.capture.stop()
-            self.capture = None
+        self.capture.stop()
 
     def restart_capture(self) -> None:
         self.stop_capture()
         self.start_capture()
+
+    def captured(self) -> int:
+        """Records capture has published to the tables' topics so far."""
+        return sum(topic_size(self.connections, f"{self.topic_prefix}.{t}") for t in TABLES)
+
+    def kill_capture(self, timeout_seconds: float = 120.0) -> None:
+        """kill -9 of capture while it streams (it has published since this call began), then a
+        restart on its offsets and slot: Debezium re-sends from its last flushed offset."""
+        before = self.captured()
+        wait_for("capture streaming", lambda: self.captured() > before, timeout_seconds, 0.1)
+        self.capture.kill()
+        self.capture.start()
 
     # -- the whole pipeline -------------------------------------------------------------------
 
@@ -291,8 +279,7 @@ class Pipeline:
         deadline = time.monotonic() + timeout_seconds
         while True:
             self.job.raise_if_dead()
-            if self.capture is not None:
-                self.capture.raise_if_failed()
+            self.capture.raise_if_dead()
             try:
                 report = self.verify()
             except SearchConnectionError:  # the search stand-in is slow under a big bulk
