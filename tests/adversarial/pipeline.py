@@ -14,8 +14,10 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +28,7 @@ import yaml
 from confluent_kafka import Consumer, TopicPartition
 from opensearchpy.exceptions import ConnectionError as SearchConnectionError
 
+from cdc_sync.connectors.notifications import parse_notification
 from cdc_sync.connectors.signals import request_snapshot
 from cdc_sync.core import settings
 from cdc_sync.core.kafka_clients import consumer_config
@@ -34,12 +37,13 @@ from cdc_sync.debezium.connector import load_connector
 from cdc_sync.mapping import MappingFile, load_mapping
 from cdc_sync.verify.compare import Report, verify_all
 from tests.adversarial.capture import Capture, ConnectCapture, EngineCapture
-from tests.adversarial.child import PROJECT_ROOT, ChildProcess, wait_for
+from tests.adversarial.child import PROJECT_ROOT, ChildProcess, frozen, wait_for
 from tests.adversarial.workload import CONNECTOR, MAPPING, TABLES
 from tests.e2e.sinks_state import clean_sinks
 
 MAX_OFFSETS_PER_TRIGGER = 2000
 STARTED_LINE = "sync job started"  # logged by cdc_sync.job.runner once the query runs
+WAITING_LINE = "waiting for sink"  # logged by cdc_sync.core.retry while a sink does not answer
 PYTHONPATH = os.pathsep.join(
     str(PROJECT_ROOT / part) for part in ("sync_jobs", "connectors", "infra", ".")
 )
@@ -251,12 +255,37 @@ class Pipeline:
         """kill -9 of the job, mid-batch when one starts within a minute, then a restart on the
         same checkpoint. Returns whether a batch was in flight when it was killed."""
         if self.job.in_flight():  # the batch the last kill interrupted: let it commit first
-            self.job.wait_committed(self.job.committed_batches())
+            # Generous: on a loaded 2-core machine a restarted job's first batch took minutes.
+            self.job.wait_committed(self.job.committed_batches(), timeout_seconds=600)
         mid_batch = self.job.wait_in_flight(timeout_seconds=60)
         self.job.kill()
         self.job.start()
         self.job.wait_up()
         return mid_batch
+
+    def freeze_search(
+        self, search_pid: int, seconds: float, write: Callable[[threading.Event], None]
+    ) -> None:
+        """The search server SIGSTOPped for `seconds` (always SIGCONTed) while `write(stop)` runs
+        in a thread; then the job must have logged that it waits for the sink, without exiting
+        or restarting."""
+        starts, log_before = self.job.starts, len(self.job.log.read_bytes())
+        stop = threading.Event()
+        writer = threading.Thread(target=write, args=(stop,), daemon=True)
+        writer.start()
+        try:
+            with frozen(search_pid):
+                deadline = time.monotonic() + seconds
+                while time.monotonic() < deadline:
+                    self.job.raise_if_dead()
+                    time.sleep(0.5)
+        finally:
+            stop.set()
+            writer.join()
+        logged = self.job.log.read_bytes()[log_before:].decode(errors="replace")
+        assert WAITING_LINE in logged, f"no {WAITING_LINE!r} in the job log:\n{self.job.tail()}"
+        self.job.raise_if_dead()
+        assert self.job.starts == starts, "the sync job was restarted"
 
     def flush_cache(self) -> None:
         client = redis.Redis.from_url(self.connections.require("redis_url"))
@@ -294,6 +323,16 @@ class Pipeline:
                 )
             time.sleep(1.0)
 
+    def initial_snapshots(self) -> int:
+        """Initial snapshots Debezium started, by its notifications (1: a restart resumed)."""
+        notifications = read_topic(self.connections, f"{self.topic_prefix}.notifications")
+        parsed = [parse_notification(value) for value in notifications]
+        return sum(
+            1
+            for n in parsed
+            if n is not None and n.aggregate_type == "Initial Snapshot" and n.type == "STARTED"
+        )
+
     def dead_letters(self) -> int:
         """Records on the pipeline's dead-letter topic (0 when it was never created)."""
         return topic_size(self.connections, self.mapping.dead_letter_topic)
@@ -316,6 +355,39 @@ def topic_size(connections: Connections, topic: str) -> int:
             low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
             total += high - low
         return total
+    finally:
+        consumer.close()
+
+
+def read_topic(connections: Connections, topic: str) -> list[bytes | None]:
+    """Every record value of a (small) topic, partition by partition."""
+    consumer = Consumer(
+        consumer_config(
+            connections.require("kafka_bootstrap"),
+            connections.kafka_flavor,
+            group_id=f"adv-{uuid.uuid4().hex[:8]}",
+        )
+    )
+    values: list[bytes | None] = []
+    try:
+        metadata = consumer.list_topics(topic, timeout=10).topics.get(topic)
+        if metadata is None or metadata.error is not None:
+            return values
+        for partition in metadata.partitions:
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+            if high <= low:
+                continue
+            consumer.assign([TopicPartition(topic, partition, low)])
+            position = low
+            while position < high:
+                message = consumer.poll(10)
+                if message is None:
+                    raise TimeoutError(f"{topic}[{partition}]: nothing read at offset {position}")
+                if message.error() is not None:
+                    continue
+                position = (message.offset() or 0) + 1
+                values.append(message.value())
+        return values
     finally:
         consumer.close()
 

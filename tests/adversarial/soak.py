@@ -34,14 +34,12 @@ from pathlib import Path
 from cdc_sync.core.settings import Connections
 from cdc_sync.localstack.stack import LocalStack, StackUrls
 from cdc_sync.verify.compare import Report
-from tests.adversarial.child import frozen
 from tests.adversarial.pipeline import Pipeline, differences, rows_compared
 from tests.adversarial.workload import Workload, create_schema
 from tests.pg import private_database
 
 log = logging.getLogger("soak")
 CONVERGE_TIMEOUT_SECONDS = 900.0
-WAITING_LINE = "waiting for sink"  # logged by cdc_sync.core.retry while a sink does not answer
 
 
 @dataclass(frozen=True)
@@ -125,22 +123,11 @@ def search_frozen_round(
     """The search server SIGSTOPped for `seconds` while the workload writes: the job waits for
     it (logs "waiting for sink", never exits) and converges once it answers again."""
     before = workload.changes
-    starts, log_before = pipeline.job.starts, pipeline.job.log.read_text(errors="replace")
-    stop = threading.Event()
-    writer = in_background(lambda: write_until(workload, sys.maxsize, stop))
-    try:
-        with frozen(search_pid):
-            time.sleep(seconds)
-            pipeline.job.raise_if_dead()
-    finally:
-        stop.set()
-        writer.join()
-    waited = pipeline.job.log.read_text(errors="replace")[len(log_before) :]
-    if WAITING_LINE not in waited:
-        raise AssertionError(f"the job never logged {WAITING_LINE!r}:\n{pipeline.job.tail()}")
+    pipeline.freeze_search(
+        search_pid, seconds, lambda stop: write_until(workload, sys.maxsize, stop)
+    )
     report, converge_seconds = timed_convergence(pipeline)
-    if pipeline.job.starts != starts or not pipeline.job.alive():
-        raise AssertionError("the sync job exited while the search server was frozen")
+    pipeline.job.raise_if_dead()
     return Result(
         f"search server frozen {seconds:g}s",
         workload.changes - before,
@@ -172,6 +159,8 @@ def connect_round(
             writer.join()
         write_until(workload, before + changes, threading.Event())
         report, seconds = timed_convergence(pipeline)
+        if pipeline.initial_snapshots() != 1:
+            raise AssertionError(f"{pipeline.initial_snapshots()} initial snapshots (1 expected)")
         if pipeline.dead_letters():
             raise AssertionError(f"{pipeline.dead_letters()} dead letters (none expected)")
     finally:
