@@ -233,7 +233,7 @@ class Pipeline:
         """kill -9 of capture while it streams (it has published since this call began), then a
         restart on its offsets and slot: Debezium re-sends from its last flushed offset."""
         before = self.captured()
-        wait_for("capture streaming", lambda: self.captured() > before, timeout_seconds, 0.1)
+        wait_for("capture streaming", lambda: self.captured() > before, timeout_seconds, 0.5)
         self.capture.kill()
         self.capture.start()
 
@@ -246,8 +246,10 @@ class Pipeline:
         self.job.wait_up()
 
     def stop(self) -> None:
-        self.job.stop()
-        self.stop_capture()
+        try:
+            self.job.stop()
+        finally:  # capture must not outlive the run, even when the job's stop is interrupted
+            self.stop_capture()
 
     # -- faults and repairs -------------------------------------------------------------------
 
