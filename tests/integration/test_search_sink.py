@@ -143,3 +143,30 @@ def test_a_tombstone_without_its_delete_event_deletes_what_is_stored(
     assert apply(sink, route, change(route, "c", 5, 7, product(7, name="stale"))) == (0, 1, 0)
     apply(sink, route, change(route, "c", 20, 7, product(7, name="later")))
     assert docs(sink, route)["7"]["name"] == "later"
+
+
+def test_read_back_returns_every_document_past_the_result_window(sink: SearchSink) -> None:
+    """verify reads whole indices: from/size paging stops at index.max_result_window (10,000 by
+    default: the 100k soak failed there), so the read-back scrolls."""
+    alias = f"readback_window_{sink.backend.__class__.__name__.lower()}"
+    if not sink.backend.alias_exists(alias):
+        sink.backend.create_index(f"{alias}_v1", {}, {}, alias)
+    count = 10_050
+    for start in range(0, count, 5000):
+        operations: list[dict[str, Any]] = []
+        for n in range(start, min(start + 5000, count)):
+            operations += [
+                {
+                    "index": {
+                        "_index": alias,
+                        "_id": str(n),
+                        "version": n + 1,
+                        "version_type": "external",
+                    }
+                },
+                {"n": n},
+            ]
+        sink.backend.bulk(operations)
+    held = search_readback.documents(sink.backend, alias)
+    assert len(held) == count
+    assert held["10049"] == (10_050, {"n": 10_049})

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from cdc_sync.core.model import Change
-from cdc_sync.job.applier import BatchApplier, PolicyViolation
+from cdc_sync.job.applier import BatchApplier, BatchMetrics, PolicyViolation
 from cdc_sync.job.dead_letter import DeadLetter
 from cdc_sync.mapping import MappingFile, OnMalformed, Policies, TableRoute
 from cdc_sync.schema import RowSchema
@@ -97,3 +97,36 @@ def test_every_batch_reports_its_stage_times() -> None:
     )
     assert {"decode", "fold", "search", "dead_letter"} <= set(metrics.stages)
     assert "decode:0.50s" in metrics.summary() and "search:" in metrics.summary()
+
+
+def test_observers_see_each_applied_batch_with_offsets_and_table_progress() -> None:
+    """Metrics, watermarks and status hang off this hook: it runs once per applied batch, after
+    every sink acknowledged, with the newest version and commit time per table."""
+    applier, _, one = applier_for(OnMalformed.DEAD_LETTER)
+    seen: list[BatchMetrics] = []
+    applier.observers.append(seen.append)
+    newer = dataclasses.replace(one, version=250, source_ts_ms=1_700_000_000_000)
+    applier.apply(
+        7,
+        records=2,
+        changes=2,
+        compacted=[one, newer],
+        rejected=[],
+        schemas={},
+        schema_fps=[None, None],
+        offsets={("cdc.shop.products", 0): 41},
+    )
+    assert [m.batch_id for m in seen] == [7]
+    progress = seen[0].tables[one.table]
+    assert (progress.changes, progress.max_version) == (2, 250)
+    assert progress.max_source_ts_ms == 1_700_000_000_000
+    assert seen[0].offsets == {("cdc.shop.products", 0): 41}
+
+
+def test_a_failed_batch_is_not_observed() -> None:
+    applier, _, one = applier_for(OnMalformed.FAIL)
+    seen: list[BatchMetrics] = []
+    applier.observers.append(seen.append)
+    with pytest.raises(PolicyViolation):
+        apply(applier, one)
+    assert seen == []

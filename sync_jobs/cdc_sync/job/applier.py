@@ -10,7 +10,7 @@ import json
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,6 +44,24 @@ class Rejected:
     value: bytes | None = None
 
 
+@dataclass(frozen=True)
+class TableProgress:
+    """What one batch applied to one table: the newest version and source commit time among its
+    compacted changes (what metrics, watermarks and lag are computed from)."""
+
+    changes: int = 0
+    max_version: int | None = None
+    max_source_ts_ms: int | None = None
+
+    def add(self, change: Change) -> TableProgress:
+        ts = change.source_ts_ms
+        return TableProgress(
+            self.changes + 1,
+            change.version if self.max_version is None else max(self.max_version, change.version),
+            ts if self.max_source_ts_ms is None or ts is None else max(self.max_source_ts_ms, ts),
+        )
+
+
 @dataclass
 class BatchMetrics:
     batch_id: int
@@ -59,6 +77,10 @@ class BatchMetrics:
     # Seconds per stage, so a slow stage shows without a profiler: decode and fold (Spark, set
     # by job.stream), fill (Postgres reads of placeholders), one entry per sink, dead_letter.
     stages: dict[str, float] = field(default_factory=dict)
+    # Highest Kafka offset read per (topic, partition) in this batch (set by job.stream).
+    offsets: dict[tuple[str, int], int] = field(default_factory=dict)
+    # Per routed table, what this batch applied (every sink acknowledged it when observers run).
+    tables: dict[TableId, TableProgress] = field(default_factory=dict)
 
     def timed(self, stage: str, started: float) -> None:
         self.stages[stage] = self.stages.get(stage, 0.0) + time.monotonic() - started
@@ -84,6 +106,9 @@ class BatchMetrics:
         )
 
 
+BatchObserver = Callable[[BatchMetrics], None]
+
+
 class BatchApplier:
     def __init__(
         self,
@@ -92,6 +117,7 @@ class BatchApplier:
         dead_letters: DeadLetterWriter | None,
         filler: SourceFiller | None = None,
         schema_store: SchemaStore | None = None,
+        observers: Sequence[BatchObserver] = (),
     ) -> None:
         self.mapping = mapping
         self.sinks = list(sinks)
@@ -100,6 +126,9 @@ class BatchApplier:
         # Without a store the accepted schemas last as long as this applier (unit tests).
         self.schemas = SchemaTracker(mapping, schema_store)
         self.history: list[BatchMetrics] = []
+        # Called with each batch's metrics once every sink acknowledged it (before Spark commits
+        # its offsets): metrics, watermarks, status. An observer that raises fails the batch.
+        self.observers: list[BatchObserver] = list(observers)
 
     def apply(
         self,
@@ -112,12 +141,15 @@ class BatchApplier:
         schema_fps: Sequence[str | None],
         tombstone_deletes: int = 0,
         stage_seconds: dict[str, float] | None = None,
+        offsets: dict[tuple[str, int], int] | None = None,
     ) -> BatchMetrics:
         """`tombstone_deletes`: tombstones applied as deletes (counted as tombstones; their
-        deletes are among `compacted`); `stage_seconds`: the Spark stages' times."""
+        deletes are among `compacted`); `stage_seconds`: the Spark stages' times; `offsets`: the
+        highest offset read per (topic, partition)."""
         started = time.monotonic()
         metrics = BatchMetrics(batch_id, records=records, changes=changes, compacted=len(compacted))
         metrics.stages.update(stage_seconds or {})
+        metrics.offsets.update(offsets or {})
         metrics.tombstones += tombstone_deletes
         letters = self._handle_rejected(rejected, metrics)
         by_table: dict[TableId, list[Change]] = defaultdict(list)
@@ -141,6 +173,8 @@ class BatchApplier:
         metrics.seconds = time.monotonic() - started
         log.info("%s", metrics.summary())
         self.history.append(metrics)
+        for observe in self.observers:
+            observe(metrics)
         return metrics
 
     def _apply_table(
@@ -160,6 +194,10 @@ class BatchApplier:
                 sink.ensure_target(route, route.project_schema(schema.schema))
             self.schemas.targets_ready(route.table)
         routed = [route.route(schema.conform(change)) for change in changes]
+        progress = metrics.tables.get(route.table, TableProgress())
+        for change in changes:
+            progress = progress.add(change)
+        metrics.tables[route.table] = progress
         letters: list[DeadLetter] = []
         for sink in self.sinks:
             sink_started = time.monotonic()

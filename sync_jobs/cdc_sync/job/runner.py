@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from cdc_sync.core.retry import (
 )
 from cdc_sync.core.settings import Connections, state_dir
 from cdc_sync.debezium.connector import load_connector
-from cdc_sync.job.applier import BatchApplier
+from cdc_sync.job.applier import BatchApplier, BatchObserver
 from cdc_sync.job.dead_letter import DeadLetterWriter
 from cdc_sync.job.health import SinkHealth, SinkStatus
 from cdc_sync.job.schema_store import FileSchemaStore
@@ -150,6 +151,7 @@ class SyncJob:
         mapping: MappingFile,
         connections: Connections,
         options: JobOptions,
+        observers: Sequence[BatchObserver] = (),
     ) -> None:
         self.spark = spark
         self.mapping = mapping
@@ -174,6 +176,7 @@ class SyncJob:
             self.dead_letters,
             self.filler,
             FileSchemaStore.beside_checkpoint(options.checkpoint_dir),
+            observers,
         )
         self.processor = MicroBatchProcessor(
             self.applier,

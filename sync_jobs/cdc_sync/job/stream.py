@@ -9,6 +9,7 @@ from typing import Any
 
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from cdc_sync.core.model import Coordinates, KnownSchemas, TableId
@@ -50,9 +51,16 @@ class MicroBatchProcessor:
         stages: dict[str, float] = {}
         try:
             started = time.monotonic()  # read + decode: the first action runs both
-            counts = {
-                row["kind"]: row["count"] for row in decoded.groupBy("kind").count().collect()
-            }
+            counts: dict[str, int] = {}
+            offsets: dict[tuple[str, int], int] = {}
+            for row in (
+                decoded.groupBy("kind", "topic", "partition")
+                .agg(F.count("*").alias("count"), F.max("offset").alias("offset"))
+                .collect()
+            ):
+                counts[row["kind"]] = counts.get(row["kind"], 0) + row["count"]
+                where = (row["topic"], row["partition"])
+                offsets[where] = max(offsets.get(where, -1), row["offset"])
             side = (
                 decoded.where(f"kind NOT IN {CHANGE_KINDS} OR schema_blob IS NOT NULL")
                 .drop("change")
@@ -83,6 +91,7 @@ class MicroBatchProcessor:
             schemas=_schemas(side),
             schema_fps=[row["schema_fp"] for row in compacted],
             stage_seconds=stages,
+            offsets=offsets,
         )
 
 

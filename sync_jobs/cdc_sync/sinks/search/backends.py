@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Literal, Protocol
 
 import elastic_transport
@@ -20,6 +20,9 @@ import opensearchpy
 from elastic_transport import Transport
 
 from cdc_sync.core.retry import DEFAULT_ATTEMPT_TIMEOUT_SECONDS
+
+# How long the server keeps a read-back scroll between two pages.
+SCROLL_KEEP_ALIVE = "2m"
 
 ClientKind = Literal["opensearch", "elasticsearch"]
 CLIENT_KINDS: tuple[ClientKind, ...] = ("opensearch", "elasticsearch")
@@ -43,10 +46,29 @@ class SearchBackend(Protocol):
     def mget(self, alias: str, ids: Sequence[str]) -> list[dict[str, Any]]: ...
     def bulk(self, operations: Sequence[Mapping[str, Any]]) -> dict[str, Any]: ...
     def refresh(self, alias: str) -> None: ...
-    def search_page(self, alias: str, size: int, start: int) -> list[dict[str, Any]]:
-        """Hits `start..start+size` of all documents in `_doc` order, with `_version`."""
+    def scan(self, alias: str, size: int) -> Iterator[list[dict[str, Any]]]:
+        """Every document behind `alias`, `size` hits at a time, with `_version`: a scroll, since
+        from/size paging stops at `index.max_result_window` (10,000 by default)."""
 
     def close(self) -> None: ...
+
+
+def scroll_pages(
+    first: Callable[[], Mapping[str, Any]],
+    following: Callable[[str], Mapping[str, Any]],
+    clear: Callable[[str], object],
+) -> Iterator[list[dict[str, Any]]]:
+    """The hits of a scrolled search, page by page; the scroll is cleared however it ends."""
+    answer = first()
+    scroll_id = answer.get("_scroll_id")
+    try:
+        while hits := list(answer["hits"]["hits"]):
+            yield hits
+            answer = following(str(scroll_id))
+            scroll_id = answer.get("_scroll_id", scroll_id)
+    finally:
+        if scroll_id:
+            clear(str(scroll_id))
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -155,10 +177,15 @@ class OpenSearchBackend:
     def refresh(self, alias: str) -> None:
         self.client.indices.refresh(index=alias)
 
-    def search_page(self, alias: str, size: int, start: int) -> list[dict[str, Any]]:
-        body = {"query": {"match_all": {}}, "size": size, "from": start, "sort": ["_doc"]}
-        answer = self.client.search(index=alias, body=body, version=True)
-        return list(answer["hits"]["hits"])
+    def scan(self, alias: str, size: int) -> Iterator[list[dict[str, Any]]]:
+        body = {"query": {"match_all": {}}, "size": size, "sort": ["_doc"]}
+        return scroll_pages(
+            lambda: self.client.search(
+                index=alias, body=body, version=True, scroll=SCROLL_KEEP_ALIVE
+            ),
+            lambda scroll_id: self.client.scroll(scroll_id=scroll_id, scroll=SCROLL_KEEP_ALIVE),
+            lambda scroll_id: self.client.clear_scroll(scroll_id=scroll_id),
+        )
 
     def close(self) -> None:
         self.client.close()
@@ -238,16 +265,23 @@ class ElasticsearchBackend:
     def refresh(self, alias: str) -> None:
         self.client.indices.refresh(index=alias)
 
-    def search_page(self, alias: str, size: int, start: int) -> list[dict[str, Any]]:
-        answer = self.client.search(
-            index=alias,
-            query={"match_all": {}},
-            size=size,
-            from_=start,
-            sort=["_doc"],
-            version=True,
+    def scan(self, alias: str, size: int) -> Iterator[list[dict[str, Any]]]:
+        return scroll_pages(
+            lambda: (
+                self.client.search(
+                    index=alias,
+                    query={"match_all": {}},
+                    size=size,
+                    sort=["_doc"],
+                    version=True,
+                    scroll=SCROLL_KEEP_ALIVE,
+                ).body
+            ),
+            lambda scroll_id: (
+                self.client.scroll(scroll_id=scroll_id, scroll=SCROLL_KEEP_ALIVE).body
+            ),
+            lambda scroll_id: self.client.clear_scroll(scroll_id=scroll_id),
         )
-        return list(answer.body["hits"]["hits"])
 
     def close(self) -> None:
         self.client.close()

@@ -18,14 +18,11 @@ def documents(backend: SearchBackend, alias: str) -> dict[str, tuple[int | None,
     if not backend.alias_exists(alias):
         return {}
     backend.refresh(alias)
-    found: dict[str, tuple[int | None, dict[str, Any]]] = {}
-    start = 0
-    while True:
-        hits = backend.search_page(alias, PAGE, start)
-        found.update({hit["_id"]: (hit.get("_version"), hit["_source"]) for hit in hits})
-        if len(hits) < PAGE:
-            return found
-        start += PAGE
+    return {
+        hit["_id"]: (hit.get("_version"), hit["_source"])
+        for hits in backend.scan(alias, PAGE)
+        for hit in hits
+    }
 
 
 def field_types(backend: SearchBackend, alias: str) -> dict[str, str]:
