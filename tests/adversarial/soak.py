@@ -28,7 +28,6 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from functools import partial
 from pathlib import Path
 
 from cdc_sync.core.settings import Connections
@@ -79,6 +78,17 @@ def in_background(action: Callable[[], None]) -> threading.Thread:
     return thread
 
 
+def while_writing(workload: Workload, action: Callable[[], None]) -> None:
+    """`action` (a fault and its restart) while the workload keeps writing, however far it got."""
+    stop = threading.Event()
+    writer = in_background(lambda: write_until(workload, sys.maxsize, stop))
+    try:
+        action()
+    finally:
+        stop.set()
+        writer.join()
+
+
 def timed_convergence(pipeline: Pipeline) -> tuple[Report, float]:
     started = time.monotonic()
     report = pipeline.wait_converged(timeout_seconds=CONVERGE_TIMEOUT_SECONDS)
@@ -102,9 +112,8 @@ def faulty_round(
     pipeline.stop_capture()
     write_until(workload, workload.changes + (target - workload.changes) // 3, threading.Event())
     pipeline.start_capture()
-    writer = in_background(lambda: write_until(workload, target, threading.Event()))
-    pipeline.kill_capture()
-    writer.join()
+    while_writing(workload, pipeline.kill_capture)
+    write_until(workload, target, threading.Event())
     report, seconds = timed_convergence(pipeline)
     kills = f"job kill -9 x2 ({sum(mid_batch)} mid-batch)"
     return Result(
@@ -153,10 +162,8 @@ def connect_round(
     try:
         pipeline.wait_converged(CONVERGE_TIMEOUT_SECONDS)  # snapshot done: the kills hit a stream
         for kill in range(kills):
-            target = before + changes * (kill + 1) // (kills + 1)
-            writer = in_background(partial(write_until, workload, target, threading.Event()))
-            pipeline.kill_capture()
-            writer.join()
+            write_until(workload, before + changes * (kill + 1) // (kills + 1), threading.Event())
+            while_writing(workload, pipeline.kill_capture)
         write_until(workload, before + changes, threading.Event())
         report, seconds = timed_convergence(pipeline)
         if pipeline.initial_snapshots() != 1:
