@@ -41,7 +41,7 @@ lint: install ## ruff + mypy + import contracts (layers only point down)
 bench: install ## benchmarks (print numbers; not part of the tests)
 	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
-soak: install ## adversarial soak: ~100k changes, kill -9 / capture restart / cache loss repeated (SOAK_ARGS)
+soak: install ## adversarial soak: ~100k changes; job, capture and Connect worker kill -9, capture restart, search freeze, cache loss (SOAK_ARGS)
 	PYTHONPATH=sync_jobs:connectors:infra:. $(BIN)/python -m tests.adversarial.soak $(SOAK_ARGS)
 
 stack-up: install ## start the local stack (Postgres, broker, search, Redis) on loopback ports
