@@ -21,9 +21,9 @@ import psycopg
 import pytest
 
 from cdc_sync.connectors.engine import CaptureEngine
-from cdc_sync.connectors.notifications import end_offsets, follow, notification_topic
-from cdc_sync.connectors.signals import request_snapshot
 from cdc_sync.core.kafka_clients import consumer_config
+from cdc_sync.debezium.notifications import end_offsets, follow, notification_topic
+from cdc_sync.debezium.signals import request_snapshot
 from cdc_sync.demo.workload import create_demo_schema
 from tests.debezium_events import source_fields
 from tests.e2e.conftest import CONNECTOR, Services
