@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from cdc_sync.core.settings import Connections
-from cdc_sync.localstack.stack import LocalStack, StackUrls
+from cdc_sync.localstack.stack import LocalStack
 from cdc_sync.verify.compare import Report
 from tests.adversarial.pipeline import Pipeline, differences, rows_compared
 from tests.adversarial.workload import Workload, create_schema
@@ -49,20 +49,6 @@ class Result:
     rows_compared: int
     differences: str
     seconds: float
-
-
-def connections_for(urls: StackUrls) -> Connections:
-    """The stack's services; the database and warehouse are set per run."""
-    return Connections(
-        pg_url=urls.pg_url,
-        kafka_bootstrap=urls.kafka_bootstrap,
-        kafka_flavor=urls.kafka_flavor,
-        search_url=urls.search_url,
-        search_client="opensearch",
-        redis_url=urls.redis_url,
-        connect_url=None,
-        warehouse=None,
-    )
 
 
 def write_until(workload: Workload, target: int, stop: threading.Event) -> None:
@@ -314,7 +300,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     urls = stack.start()
     try:
         search = next(s for s in stack.started() if s.name == "search")
-        results = soak(connections_for(urls), root, args, search.pid)
+        results = soak(urls.connections(), root, args, search.pid)
     finally:
         if started:
             stack.stop()

@@ -25,7 +25,7 @@ from cdc_sync.sinks.delta.watermarks import watermark_rows
 from cdc_sync.sinks.search.watermarks import WATERMARK_INDEX, watermark_operations
 from cdc_sync.source.checkpoint import batch_end_offsets
 from cdc_sync.verify.wait import SinkProgress, WaitError, wait_for_lsn
-from tests.changes import change, products_route
+from tests.changes import change, mapping_of, products_route
 from tests.envelopes import product
 
 pytestmark = pytest.mark.unit
@@ -136,16 +136,7 @@ class FixedEnds:
 
 def heartbeat_mapping() -> tuple[MappingFile, TableRoute]:
     route = products_route()
-    mapping = MappingFile(
-        path=Path("m.yaml"),
-        topic_prefix="cdc",
-        connector=None,
-        dead_letter_topic="dlq",
-        tombstone_retention_seconds=60,
-        tables={route.table: route},
-        ignored=frozenset(),
-        heartbeat_table=HEARTBEAT_TABLE,
-    )
+    mapping = mapping_of(route, heartbeat_table=HEARTBEAT_TABLE)
     return mapping, route
 
 
