@@ -45,7 +45,7 @@ bench: install ## benchmarks: Kafka source read rate, then end-to-end (BENCH_ARG
 	@echo "== benchmarks/bench_e2e.py $(BENCH_ARGS)"
 	PYTHONPATH=. $(BIN)/python benchmarks/bench_e2e.py $(BENCH_ARGS)
 
-soak: install ## adversarial soak: ~100k changes, kill -9 / capture restart / cache loss repeated (SOAK_ARGS)
+soak: install ## adversarial soak: ~100k changes; job, capture and Connect worker kill -9, capture restart, search freeze, cache loss (SOAK_ARGS)
 	PYTHONPATH=sync_jobs:connectors:infra:. $(BIN)/python -m tests.adversarial.soak $(SOAK_ARGS)
 
 stack-up: install ## start the local stack (Postgres, broker, search, Redis) on loopback ports

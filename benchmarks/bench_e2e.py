@@ -37,7 +37,6 @@ from e2ebench.observe import tree_usage  # noqa: E402
 from e2ebench.pipeline import (  # noqa: E402
     MAPPING,
     SinkCounter,
-    connections_for,
     start_capture,
     start_job,
 )
@@ -116,7 +115,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     stack = LocalStack(run_dir / "stack", broker=args.broker, with_connect=False)
     urls = stack.start()
     mapping = load_mapping(MAPPING)
-    connections = connections_for(urls, run_dir / "warehouse")
+    connections = urls.connections(run_dir / "warehouse")
     result: dict[str, Any] = {
         "started": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": f"{platform.node()}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}",

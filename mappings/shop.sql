@@ -42,6 +42,14 @@ CREATE TABLE IF NOT EXISTS shop.cdc_sync_signal (
     data  varchar(2048)
 );
 
+-- Written by the connector's `heartbeat.action.query` every `heartbeat.interval.ms`: its captured
+-- changes carry WAL positions, so the sync job's read-your-writes watermarks advance while the
+-- other tables are idle (mapping `source.heartbeat_table`; never written to the sinks).
+CREATE TABLE IF NOT EXISTS shop.cdc_sync_heartbeat (
+    connector  text PRIMARY KEY,
+    beat_at    timestamptz NOT NULL
+);
+
 CREATE TABLE IF NOT EXISTS shop.order_lines (
     order_id    bigint NOT NULL REFERENCES shop.orders (id) ON DELETE CASCADE,
     line_no     integer NOT NULL,

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 from typing import Any
 
 from cdc_sync.core.model import Change, TableId, Tombstone, tombstone_delete
 from cdc_sync.debezium.decoder import parse_record
-from cdc_sync.mapping import CacheRoute, Policies, SearchRoute, TableRoute
+from cdc_sync.mapping import CacheRoute, MappingFile, Policies, SearchRoute, TableRoute
 from tests.envelopes import PRODUCT_FIELDS, coords, envelope_bytes, field, key_bytes
 
 LONG_FIELDS = [*PRODUCT_FIELDS[:-1], field("in_stock", "boolean"), field("stock", "int64")]
@@ -50,3 +51,17 @@ def tombstone_only(route: TableRoute, key: int, offset: int = 0) -> Change:
     """The delete a compacted topic's tombstone stands for, without a delete event before it."""
     table = TableId("shop", "products")
     return route.route(tombstone_delete(Tombstone(table, (("id", key),), coords(offset))))
+
+
+def mapping_of(*routes: TableRoute, **fields: Any) -> MappingFile:
+    """A mapping file routing `routes` (prefix cdc, dead letters to dlq); `fields` override."""
+    return MappingFile(
+        path=Path("m.yaml"),
+        topic_prefix="cdc",
+        connector=None,
+        dead_letter_topic="dlq",
+        tombstone_retention_seconds=60,
+        tables={route.table: route for route in routes},
+        ignored=frozenset(),
+        **fields,
+    )

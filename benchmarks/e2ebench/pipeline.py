@@ -14,7 +14,6 @@ from deltalake.exceptions import TableNotFoundError
 
 from cdc_sync.connectors.engine import CaptureEngine
 from cdc_sync.core.settings import Connections
-from cdc_sync.localstack.stack import StackUrls
 from cdc_sync.mapping import MappingFile
 from cdc_sync.sinks.search.backends import SearchBackend, open_backend
 from tests.adversarial.pipeline import JobProcess, job_environment
@@ -22,19 +21,6 @@ from tests.adversarial.pipeline import JobProcess, job_environment
 ROOT = Path(__file__).resolve().parents[2]
 MAPPING = ROOT / "mappings" / "shop.yaml"
 CONNECTOR = ROOT / "connectors" / "shop.json"
-
-
-def connections_for(urls: StackUrls, warehouse: Path) -> Connections:
-    return Connections(
-        pg_url=urls.pg_url,
-        kafka_bootstrap=urls.kafka_bootstrap,
-        kafka_flavor=urls.kafka_flavor,
-        search_url=urls.search_url,
-        search_client="opensearch",
-        redis_url=urls.redis_url,
-        connect_url=None,
-        warehouse=str(warehouse),
-    )
 
 
 def start_job(connections: Connections, run: Path, job_args: list[str]) -> JobProcess:

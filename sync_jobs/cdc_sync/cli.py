@@ -1,4 +1,4 @@
-"""`cdc-sync` command line: run, verify, mappings, capture, connectors.
+"""`cdc-sync` command line: run, verify, wait, mappings, capture, connectors.
 
 Commands of the development tooling (`stack`, `demo`) are not imported from here: their packages
 register them under the `cdc_sync.commands` entry-point group and this module finds them there,
@@ -63,9 +63,9 @@ def job_options(args: argparse.Namespace, defaults: JobOptions) -> JobOptions:
             if args.sink_retry_horizon is None
             else args.sink_retry_horizon
         ),
-        maintain_every_batches=args.maintain_every or defaults.maintain_every_batches,
         metrics_port=args.metrics_port,
         metrics_host=args.metrics_host or defaults.metrics_host,
+        maintain_every_batches=args.maintain_every or defaults.maintain_every_batches,
     )
 
 
@@ -126,6 +126,35 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 0 if report.converged else 1
 
 
+def cmd_status(args: argparse.Namespace) -> int:
+    import json
+
+    from cdc_sync.job.checkpoint import default_checkpoint_dir
+    from cdc_sync.mapping import load_mapping
+    from cdc_sync.status.gather import gather
+    from cdc_sync.status.render import render, to_json
+    from cdc_sync.status.verdict import Thresholds, judge
+
+    mapping = load_mapping(Path(args.mapping))
+    checkpoint = Path(args.checkpoint) if args.checkpoint else default_checkpoint_dir(mapping.path)
+    connector = Path(args.connector) if args.connector else None
+    snapshot = gather(mapping, _connections(args), checkpoint, connector)
+    verdict = judge(
+        snapshot,
+        Thresholds(
+            max_lag_seconds=args.max_lag_seconds,
+            max_lag_records=args.max_lag_records,
+            stale_after_seconds=args.stale_after,
+            max_slot_fraction=args.max_slot_fraction,
+        ),
+    )
+    if args.json:
+        print(json.dumps(to_json(snapshot, verdict), indent=2))
+    else:
+        print(render(snapshot, verdict))
+    return verdict.exit_code
+
+
 def cmd_repair(args: argparse.Namespace) -> int:
     from cdc_sync.connectors.ops import load_target
     from cdc_sync.core.kafka_clients import consumer_config
@@ -184,33 +213,25 @@ def cmd_maintain(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_status(args: argparse.Namespace) -> int:
-    import json
-
-    from cdc_sync.job.checkpoint import default_checkpoint_dir
+def cmd_wait(args: argparse.Namespace) -> int:
     from cdc_sync.mapping import load_mapping
-    from cdc_sync.status.gather import gather
-    from cdc_sync.status.render import render, to_json
-    from cdc_sync.status.verdict import Thresholds, judge
+    from cdc_sync.verify.wait import WaitError, wait_for_lsn
 
-    mapping = load_mapping(Path(args.mapping))
-    checkpoint = Path(args.checkpoint) if args.checkpoint else default_checkpoint_dir(mapping.path)
-    connector = Path(args.connector) if args.connector else None
-    snapshot = gather(mapping, _connections(args), checkpoint, connector)
-    verdict = judge(
-        snapshot,
-        Thresholds(
-            max_lag_seconds=args.max_lag_seconds,
-            max_lag_records=args.max_lag_records,
-            stale_after_seconds=args.stale_after,
-            max_slot_fraction=args.max_slot_fraction,
-        ),
-    )
-    if args.json:
-        print(json.dumps(to_json(snapshot, verdict), indent=2))
-    else:
-        print(render(snapshot, verdict))
-    return verdict.exit_code
+    mapping = load_mapping(Path(args.mapping)) if args.mapping else None
+    sinks = [name.strip() for name in args.sink.split(",")] if args.sink is not None else None
+    try:
+        result = wait_for_lsn(
+            args.lsn,
+            _connections(args),
+            sinks=sinks,
+            mapping=mapping,
+            timeout_seconds=args.timeout,
+        )
+    except WaitError as exc:
+        print(f"cdc-sync wait: {exc}", file=sys.stderr)
+        return 2
+    print(result.report())
+    return 0 if result.reached else 1
 
 
 def cmd_mappings_validate(args: argparse.Namespace) -> int:
@@ -260,6 +281,27 @@ def _positive_seconds(text: str) -> float:
     return value
 
 
+def _port(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a TCP port 0-65535 (0: any free), got {value}")
+    return value
+
+
+def _count(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or positive, got {value}")
+    return value
+
+
+def _fraction(text: str) -> float:
+    value = float(text)
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"must be a fraction in (0, 1], got {text}")
+    return value
+
+
 def _add_repair_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mapping", required=True)
     parser.add_argument(
@@ -304,27 +346,6 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _port(text: str) -> int:
-    value = int(text)
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"must be a TCP port 0-65535 (0: any free), got {value}")
-    return value
-
-
-def _count(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or positive, got {value}")
-    return value
-
-
-def _fraction(text: str) -> float:
-    value = float(text)
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"must be a fraction in (0, 1], got {text}")
-    return value
-
-
 def build_parser() -> argparse.ArgumentParser:
     from cdc_sync.status.verdict import Thresholds
 
@@ -366,13 +387,6 @@ def build_parser() -> argparse.ArgumentParser:
         "(default: JobOptions.sink_retry_horizon_seconds, 600)",
     )
     run.add_argument(
-        "--maintain-every",
-        type=_positive_int,
-        metavar="N",
-        help="Delta upkeep (as `cdc-sync maintain`, default retention) after every N-th batch, "
-        "between batches (default: off)",
-    )
-    run.add_argument(
         "--metrics-port",
         type=_port,
         metavar="PORT",
@@ -382,6 +396,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--metrics-host",
         metavar="HOST",
         help="address the metrics endpoint binds (default 127.0.0.1; 0.0.0.0 in a container)",
+    )
+    run.add_argument(
+        "--maintain-every",
+        type=_positive_int,
+        metavar="N",
+        help="Delta upkeep (as `cdc-sync maintain`, default retention) after every N-th batch, "
+        "between batches (default: off)",
     )
     run.add_argument(
         "--available-now", action="store_true", help="process what is in the topics, then stop"
@@ -394,34 +415,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_repair_arguments(verify)
     verify.set_defaults(handler=cmd_verify)
-
-    repair = sub.add_parser(
-        "repair",
-        help="rewrite rows missing, different or extra in a sink (fenced; the job must run)",
-    )
-    _add_repair_arguments(repair)
-    repair.set_defaults(handler=cmd_repair)
-
-    maintain = sub.add_parser(
-        "maintain",
-        help="Delta upkeep: compact small files, vacuum, prune delete tombstones",
-    )
-    maintain.add_argument("--mapping", required=True)
-    maintain.add_argument(
-        "--table", action="append", default=[], help="schema.table (repeatable; default all)"
-    )
-    maintain.add_argument(
-        "--retention-hours",
-        type=int,
-        default=None,
-        help="vacuum keeps files removed more recently (default 168, Delta's safety default; "
-        "lower needs --force)",
-    )
-    maintain.add_argument("--force", action="store_true", help="allow --retention-hours below 168")
-    maintain.add_argument(
-        "--dry-run", action="store_true", help="report what would be done; change nothing"
-    )
-    maintain.set_defaults(handler=cmd_maintain)
 
     status = sub.add_parser(
         "status",
@@ -465,6 +458,53 @@ def build_parser() -> argparse.ArgumentParser:
         "(default %(default)s)",
     )
     status.set_defaults(handler=cmd_status)
+    repair = sub.add_parser(
+        "repair",
+        help="rewrite rows missing, different or extra in a sink (fenced; the job must run)",
+    )
+    _add_repair_arguments(repair)
+    repair.set_defaults(handler=cmd_repair)
+
+    maintain = sub.add_parser(
+        "maintain",
+        help="Delta upkeep: compact small files, vacuum, prune delete tombstones",
+    )
+    maintain.add_argument("--mapping", required=True)
+    maintain.add_argument(
+        "--table", action="append", default=[], help="schema.table (repeatable; default all)"
+    )
+    maintain.add_argument(
+        "--retention-hours",
+        type=int,
+        default=None,
+        help="vacuum keeps files removed more recently (default 168, Delta's safety default; "
+        "lower needs --force)",
+    )
+    maintain.add_argument("--force", action="store_true", help="allow --retention-hours below 168")
+    maintain.add_argument(
+        "--dry-run", action="store_true", help="report what would be done; change nothing"
+    )
+    maintain.set_defaults(handler=cmd_maintain)
+
+    wait = sub.add_parser(
+        "wait",
+        help="wait until sinks applied every change committed at or before an LSN "
+        "(read your writes; exit 1 on timeout)",
+    )
+    wait.add_argument(
+        "--lsn", required=True, help="a WAL position as pg_current_wal_lsn() prints it (0/1A2B3C8)"
+    )
+    wait.add_argument(
+        "--sink",
+        help="comma-separated: search,cache,delta (default: every sink the mapping routes to, "
+        "or every configured one)",
+    )
+    wait.add_argument(
+        "--mapping",
+        help="wait for every table it routes (default: every topic the sinks hold a watermark for)",
+    )
+    wait.add_argument("--timeout", type=_positive_seconds, default=30.0, metavar="SECONDS")
+    wait.set_defaults(handler=cmd_wait)
 
     mappings = sub.add_parser("mappings", help="mapping file tools")
     mappings_sub = mappings.add_subparsers(dest="mappings_command", required=True)

@@ -57,6 +57,9 @@ class SearchRoute:
     settings: Mapping[str, Any] = field(default_factory=dict)
 
 
+WATERMARKS_KEY_SUFFIX = "_cdc:watermarks"
+
+
 @dataclass(frozen=True)
 class CacheRoute:
     prefix: str
@@ -67,6 +70,10 @@ class CacheRoute:
 
     def tombstone_key(self, table: TableId, doc_id: str) -> str:
         return f"{self.prefix}:_tombstone:{table}:{doc_id}"
+
+    def watermarks_key(self) -> str:
+        """Hash of applied watermarks: topic -> WAL position (decimal), read-your-writes."""
+        return f"{self.prefix}:{WATERMARKS_KEY_SUFFIX}"
 
 
 @dataclass(frozen=True)
@@ -127,6 +134,9 @@ class MappingFile:
     ignored: frozenset[TableId]
     default_policies: Policies = Policies()
     schema_source: SchemaSource = SchemaSource.ENVELOPE
+    # Captured only so read-your-writes watermarks advance while the routed tables are idle
+    # (the connector's `heartbeat.action.query` writes it); subscribed, never written to sinks.
+    heartbeat_table: TableId | None = None
 
     def route_for(self, table: TableId) -> TableRoute | None:
         return self.tables.get(table)
@@ -150,7 +160,9 @@ class MappingFile:
         )
 
     def topics(self) -> list[str]:
-        return sorted(f"{self.topic_prefix}.{table}" for table in self.tables)
+        """The topics the job reads: the routed tables' and the heartbeat table's."""
+        tables = [*self.tables, *([self.heartbeat_table] if self.heartbeat_table else [])]
+        return sorted(f"{self.topic_prefix}.{table}" for table in tables)
 
     def chosen(self, names: Iterable[str], option: str = "--table") -> frozenset[TableId] | None:
         """Routed tables named on a command line (`schema.table`); None when none are named."""
@@ -168,8 +180,10 @@ class MappingFile:
         return frozenset(chosen) or None
 
     def uncovered(self, captured: Iterable[TableId]) -> list[TableId]:
-        """Captured tables neither routed nor ignored: the one home of that rule."""
-        return [t for t in captured if t not in self.tables and t not in self.ignored]
+        """Captured tables neither routed nor ignored: the one home of that rule (the
+        heartbeat table counts as covered)."""
+        covered = {*self.tables, *self.ignored, self.heartbeat_table}
+        return [t for t in captured if t not in covered]
 
 
 _TOP_KEYS = ("version", "source", "defaults", "dead_letter", "tables", "ignore")
@@ -194,7 +208,7 @@ def load_mapping(path: Path) -> MappingFile:
         raise root.error("version", "only version 1 is supported")
 
     source = root.child("source")
-    source.reject_unknown(("topic_prefix", "connector", "schemas"))
+    source.reject_unknown(("topic_prefix", "connector", "schemas", "heartbeat_table"))
     connector = source.optional_str("connector")
     schemas_raw = source.str_("schemas", SchemaSource.ENVELOPE.value)
     if schemas_raw not in {s.value for s in SchemaSource}:
@@ -222,6 +236,7 @@ def load_mapping(path: Path) -> MappingFile:
     both = sorted(str(t) for t in ignored & routes.keys())
     if both:
         raise root.error("ignore", f"tables both routed and ignored: {', '.join(both)}")
+    heartbeat_table = _heartbeat_table(source, routes.keys() | ignored)
     return MappingFile(
         path=path,
         topic_prefix=topic_prefix,
@@ -232,7 +247,25 @@ def load_mapping(path: Path) -> MappingFile:
         ignored=ignored,
         default_policies=default_policies,
         schema_source=schema_source,
+        heartbeat_table=heartbeat_table,
     )
+
+
+def _heartbeat_table(source: FieldReader, listed: Iterable[TableId]) -> TableId | None:
+    name = source.optional_str("heartbeat_table")
+    if name is None:
+        return None
+    try:
+        table = TableId.parse(name)
+    except ValueError as exc:
+        raise source.error("heartbeat_table", str(exc)) from exc
+    if table in set(listed):
+        raise source.error(
+            "heartbeat_table",
+            f"{table} is also under tables or ignore: the heartbeat table only advances "
+            "watermarks; remove it from there",
+        )
+    return table
 
 
 def _table_id(reader: FieldReader, name: str) -> TableId:

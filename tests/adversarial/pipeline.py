@@ -1,24 +1,26 @@
-"""One adversarial pipeline: embedded capture in this process, the sync job as a subprocess.
+"""One adversarial pipeline: capture and the sync job, each a subprocess in its own group.
 
 The job runs as `python -m cdc_sync.cli run --mapping ... --checkpoint ...` with its settings in
-`CDC_SYNC_*` variables, in its own process group, so a fault is a real `kill -9` of the job (its
-JVM and Python workers included) and a restart reads the same checkpoint. Capture (the embedded
-Debezium engine with tests/adversarial/connector.json) can be stopped and started on its offset
-file and replication slot. Used by tests/e2e/test_adversarial.py and tests/adversarial/soak.py.
+`CDC_SYNC_*` variables, so a fault is a real `kill -9` of the job (its JVM and Python workers
+included) and a restart reads the same checkpoint. Capture (tests/adversarial/capture.py: the
+embedded engine as `cdc-sync capture`, or a Kafka Connect worker) runs the connector of
+tests/adversarial/connector.json with the pipeline's own topics and slot; it can be stopped, or
+killed with SIGKILL, and restarted on its offsets and slot. Used by tests/e2e/test_adversarial.py
+and tests/adversarial/soak.py.
 """
 
 from __future__ import annotations
 
-import contextlib
+import json
 import os
-import signal
-import subprocess
 import sys
+import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import psycopg
 import redis
@@ -26,21 +28,23 @@ import yaml
 from confluent_kafka import Consumer, TopicPartition
 from opensearchpy.exceptions import ConnectionError as SearchConnectionError
 
-from cdc_sync.connectors.engine import CaptureEngine
 from cdc_sync.core import settings
 from cdc_sync.core.kafka_clients import consumer_config
 from cdc_sync.core.settings import Connections
 from cdc_sync.debezium.connector import load_connector
+from cdc_sync.debezium.notifications import parse_notification
 from cdc_sync.debezium.signals import request_snapshot
 from cdc_sync.mapping import MappingFile, load_mapping
 from cdc_sync.verify.compare import Report, verify_all
+from tests.adversarial.capture import Capture, ConnectCapture, EngineCapture
+from tests.adversarial.child import PROJECT_ROOT, ChildProcess, frozen, wait_for
 from tests.adversarial.workload import CONNECTOR, MAPPING, TABLES
 from tests.e2e.sinks_state import clean_sinks
 
 MAX_OFFSETS_PER_TRIGGER = 2000
 MAINTAIN_EVERY_BATCHES = 3
 STARTED_LINE = "sync job started"  # logged by cdc_sync.job.runner once the query runs
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
+WAITING_LINE = "waiting for sink"  # logged by cdc_sync.core.retry while a sink does not answer
 PYTHONPATH = os.pathsep.join(
     str(PROJECT_ROOT / part) for part in ("sync_jobs", "connectors", "infra", ".")
 )
@@ -57,6 +61,19 @@ def write_mapping(directory: Path, topic_prefix: str) -> Path:
     path = directory / "mapping.yaml"
     path.write_text(yaml.safe_dump(document, sort_keys=False))
     return path
+
+
+def connector_config(topic_prefix: str) -> dict[str, str]:
+    """tests/adversarial/connector.json with this pipeline's topics, slot and publication.
+    The slot survives a capture stop, so a restart streams what changed meanwhile;
+    tests.pg.private_database drops it with the database."""
+    return dict(load_connector(CONNECTOR).config) | {
+        "topic.prefix": topic_prefix,
+        "slot.name": f"{topic_prefix}_slot",
+        "publication.name": f"{topic_prefix}_pub",
+        "notification.sink.topic.name": f"{topic_prefix}.notifications",
+        "slot.drop.on.stop": "false",
+    }
 
 
 def job_environment(connections: Connections, state: Path) -> dict[str, str]:
@@ -76,11 +93,11 @@ def job_environment(connections: Connections, state: Path) -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("CDC_SYNC_")} | values
 
 
-class JobProcess:
+class JobProcess(ChildProcess):
     """`cdc-sync run` as a subprocess; `kill()` is SIGKILL to its whole process group."""
 
     def __init__(self, mapping: Path, checkpoint: Path, env: dict[str, str], log: Path) -> None:
-        self.argv = [
+        argv = [
             sys.executable,
             "-m",
             "cdc_sync.cli",
@@ -101,25 +118,8 @@ class JobProcess:
             "--maintain-every",
             str(MAINTAIN_EVERY_BATCHES),
         ]
+        super().__init__("sync job", argv, env, log)
         self.checkpoint = checkpoint
-        self.env = env
-        self.log = log
-        self.process: subprocess.Popen[bytes] | None = None
-        self._log_file: IO[bytes] | None = None
-        self.starts = 0
-
-    def start(self) -> None:
-        assert self.process is None, "the job is already running"
-        self._log_file = self.log.open("ab")
-        self.process = subprocess.Popen(
-            self.argv,
-            cwd=PROJECT_ROOT,
-            env=self.env,
-            stdout=self._log_file,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # its own process group: the JVM and workers die with it
-        )
-        self.starts += 1
 
     def _batches(self, folder: str) -> list[int]:
         path = self.checkpoint / folder
@@ -161,47 +161,13 @@ class JobProcess:
                 raise TimeoutError(f"sync job not started in {timeout_seconds}s: {self.log}")
             time.sleep(0.2)
 
-    def raise_if_dead(self) -> None:
-        if self.process is not None and self.process.poll() is not None:
-            raise AssertionError(
-                f"sync job exited with {self.process.returncode}; log tail:\n{self.tail()}"
-            )
-
-    def tail(self, lines: int = 40) -> str:
-        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-
-    def kill(self) -> None:
-        """kill -9: no batch finishes, no sink is closed, nothing is flushed."""
-        if self.process is None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.process.pid, signal.SIGKILL)
-        self.process.wait(timeout=30)
-        self._close_log()
-
-    def stop(self) -> None:
-        """A graceful stop (SIGTERM: the current batch finishes)."""
-        if self.process is None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.process.pid, signal.SIGTERM)
-        try:
-            self.process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(timeout=30)
-        self._close_log()
-
-    def _close_log(self) -> None:
-        self.process = None
-        if self._log_file is not None:
-            self._log_file.close()
-            self._log_file = None
-
 
 @dataclass
 class Pipeline:
-    """Capture + job + the pipeline's own sinks (topic prefix, Redis db, indices, warehouse)."""
+    """Capture + job + the pipeline's own sinks (topic prefix, Redis db, indices, warehouse).
+
+    `capture` is "engine" (`cdc-sync capture`, the embedded engine) or "connect" (a Kafka
+    Connect worker of the pipeline's own): both are processes a fault can kill -9."""
 
     connections: Connections
     root: Path
@@ -209,46 +175,72 @@ class Pipeline:
     mapping_path: Path
     mapping: MappingFile
     job: JobProcess
-    capture: CaptureEngine | None = None
+    capture: Capture
 
     @classmethod
-    def create(cls, connections: Connections, root: Path) -> Pipeline:
+    def create(cls, connections: Connections, root: Path, capture: str = "engine") -> Pipeline:
         topic_prefix = f"adv{uuid.uuid4().hex[:6]}"
         root.mkdir(parents=True, exist_ok=True)
         mapping_path = write_mapping(root, topic_prefix)
         env = job_environment(connections, root / "state")
         job = JobProcess(mapping_path, root / "checkpoints" / "main", env, root / "job.log")
-        return cls(connections, root, topic_prefix, mapping_path, load_mapping(mapping_path), job)
+        pg_url = connections.require("pg_url")
+        config = connector_config(topic_prefix)
+        if capture == "engine":
+            connector = root / "connector.json"
+            connector.write_text(json.dumps({"name": topic_prefix, "config": config}, indent=2))
+            engine = EngineCapture(connector, root, env, pg_url, config["slot.name"])
+            return cls(
+                connections,
+                root,
+                topic_prefix,
+                mapping_path,
+                load_mapping(mapping_path),
+                job,
+                engine,
+            )
+        if capture == "connect":
+            worker = ConnectCapture(
+                {"name": topic_prefix} | config,
+                root / "connect",
+                connections.require("kafka_bootstrap"),
+                connections.kafka_flavor,
+                pg_url,
+            )
+            return cls(
+                connections,
+                root,
+                topic_prefix,
+                mapping_path,
+                load_mapping(mapping_path),
+                job,
+                worker,
+            )
+        raise ValueError(f"capture: expected engine or connect, got {capture!r}")
 
     # -- capture ------------------------------------------------------------------------------
 
-    def capture_settings(self) -> dict[str, str]:
-        # The slot survives a capture stop, so a restart streams what changed meanwhile;
-        # tests.pg.private_database drops it with the database.
-        return {
-            "topic.prefix": self.topic_prefix,
-            "slot.name": f"{self.topic_prefix}_slot",
-            "publication.name": f"{self.topic_prefix}_pub",
-            "notification.sink.topic.name": f"{self.topic_prefix}.notifications",
-            "slot.drop.on.stop": "false",
-        }
-
     def start_capture(self) -> None:
-        assert self.capture is None
-        self.capture = CaptureEngine.from_file(
-            CONNECTOR, self.connections, self.root / "capture", self.capture_settings()
-        )
         self.capture.start()
-        self.capture.wait_ready(timeout_seconds=120)
 
     def stop_capture(self) -> None:
-        if self.capture is not None:
-            self.capture.stop()
-            self.capture = None
+        self.capture.stop()
 
     def restart_capture(self) -> None:
         self.stop_capture()
         self.start_capture()
+
+    def captured(self) -> int:
+        """Records capture has published to the tables' topics so far."""
+        return sum(topic_size(self.connections, f"{self.topic_prefix}.{t}") for t in TABLES)
+
+    def kill_capture(self, timeout_seconds: float = 120.0) -> None:
+        """kill -9 of capture while it streams (it has published since this call began), then a
+        restart on its offsets and slot: Debezium re-sends from its last flushed offset."""
+        before = self.captured()
+        wait_for("capture streaming", lambda: self.captured() > before, timeout_seconds, 0.5)
+        self.capture.kill()
+        self.capture.start()
 
     # -- the whole pipeline -------------------------------------------------------------------
 
@@ -259,8 +251,10 @@ class Pipeline:
         self.job.wait_up()
 
     def stop(self) -> None:
-        self.job.stop()
-        self.stop_capture()
+        try:
+            self.job.stop()
+        finally:  # capture must not outlive the run, even when the job's stop is interrupted
+            self.stop_capture()
 
     # -- faults and repairs -------------------------------------------------------------------
 
@@ -268,12 +262,37 @@ class Pipeline:
         """kill -9 of the job, mid-batch when one starts within a minute, then a restart on the
         same checkpoint. Returns whether a batch was in flight when it was killed."""
         if self.job.in_flight():  # the batch the last kill interrupted: let it commit first
-            self.job.wait_committed(self.job.committed_batches())
+            # Generous: on a loaded 2-core machine a restarted job's first batch took minutes.
+            self.job.wait_committed(self.job.committed_batches(), timeout_seconds=600)
         mid_batch = self.job.wait_in_flight(timeout_seconds=60)
         self.job.kill()
         self.job.start()
         self.job.wait_up()
         return mid_batch
+
+    def freeze_search(
+        self, search_pid: int, seconds: float, write: Callable[[threading.Event], None]
+    ) -> None:
+        """The search server SIGSTOPped for `seconds` (always SIGCONTed) while `write(stop)` runs
+        in a thread; then the job must have logged that it waits for the sink, without exiting
+        or restarting."""
+        starts, log_before = self.job.starts, len(self.job.log.read_bytes())
+        stop = threading.Event()
+        writer = threading.Thread(target=write, args=(stop,), daemon=True)
+        writer.start()
+        try:
+            with frozen(search_pid):
+                deadline = time.monotonic() + seconds
+                while time.monotonic() < deadline:
+                    self.job.raise_if_dead()
+                    time.sleep(0.5)
+        finally:
+            stop.set()
+            writer.join()
+        logged = self.job.log.read_bytes()[log_before:].decode(errors="replace")
+        assert WAITING_LINE in logged, f"no {WAITING_LINE!r} in the job log:\n{self.job.tail()}"
+        self.job.raise_if_dead()
+        assert self.job.starts == starts, "the sync job was restarted"
 
     def flush_cache(self) -> None:
         client = redis.Redis.from_url(self.connections.require("redis_url"))
@@ -296,8 +315,7 @@ class Pipeline:
         deadline = time.monotonic() + timeout_seconds
         while True:
             self.job.raise_if_dead()
-            if self.capture is not None:
-                self.capture.raise_if_failed()
+            self.capture.raise_if_dead()
             try:
                 report = self.verify()
             except SearchConnectionError:  # the search stand-in is slow under a big bulk
@@ -311,6 +329,16 @@ class Pipeline:
                     f"sinks did not converge in {timeout_seconds}s:\n{report.table()}"
                 )
             time.sleep(1.0)
+
+    def initial_snapshots(self) -> int:
+        """Initial snapshots Debezium started, by its notifications (1: a restart resumed)."""
+        notifications = read_topic(self.connections, f"{self.topic_prefix}.notifications")
+        parsed = [parse_notification(value) for value in notifications]
+        return sum(
+            1
+            for n in parsed
+            if n is not None and n.aggregate_type == "Initial Snapshot" and n.type == "STARTED"
+        )
 
     def dead_letters(self) -> int:
         """Records on the pipeline's dead-letter topic (0 when it was never created)."""
@@ -334,6 +362,39 @@ def topic_size(connections: Connections, topic: str) -> int:
             low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
             total += high - low
         return total
+    finally:
+        consumer.close()
+
+
+def read_topic(connections: Connections, topic: str) -> list[bytes | None]:
+    """Every record value of a (small) topic, partition by partition."""
+    consumer = Consumer(
+        consumer_config(
+            connections.require("kafka_bootstrap"),
+            connections.kafka_flavor,
+            group_id=f"adv-{uuid.uuid4().hex[:8]}",
+        )
+    )
+    values: list[bytes | None] = []
+    try:
+        metadata = consumer.list_topics(topic, timeout=10).topics.get(topic)
+        if metadata is None or metadata.error is not None:
+            return values
+        for partition in metadata.partitions:
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+            if high <= low:
+                continue
+            consumer.assign([TopicPartition(topic, partition, low)])
+            position = low
+            while position < high:
+                message = consumer.poll(10)
+                if message is None:
+                    raise TimeoutError(f"{topic}[{partition}]: nothing read at offset {position}")
+                if message.error() is not None:
+                    continue
+                position = (message.offset() or 0) + 1
+                values.append(message.value())
+        return values
     finally:
         consumer.close()
 

@@ -62,3 +62,11 @@ CREATE TABLE IF NOT EXISTS adv.cdc_sync_signal (
     type  varchar(32) NOT NULL,
     data  varchar(2048)
 );
+
+-- Written by the connector's `heartbeat.action.query` every `heartbeat.interval.ms`: its captured
+-- changes carry WAL positions, so the sync job's read-your-writes watermarks advance while the
+-- other tables are idle (mapping `source.heartbeat_table`; never written to the sinks).
+CREATE TABLE IF NOT EXISTS adv.cdc_sync_heartbeat (
+    connector  text PRIMARY KEY,
+    beat_at    timestamptz NOT NULL
+);

@@ -2,14 +2,19 @@
 
 Rounds of: the seeded workload (tests/adversarial/workload.py) with one large transaction, the
 sync job subprocess killed with SIGKILL twice while a batch is in flight (restarted on its
-checkpoint), the embedded capture stopped while the workload goes on and restarted; then
-convergence (verify: every sink equals Postgres). Then the Redis cache is flushed while the job
-runs, verify reports what the cache lost, and the documented repair (an incremental snapshot of
-every table, as `cdc-sync connectors snapshot` requests) restores it.
+checkpoint), capture (the embedded engine, `cdc-sync capture` in its own process group) stopped
+while the workload goes on and restarted, then killed with SIGKILL while it streams and restarted
+on its offset file and slot; then convergence (verify: every sink equals Postgres). Then the Redis
+cache is flushed while the job runs, verify reports what the cache lost, and the documented repair
+(an incremental snapshot of every table, as `cdc-sync connectors snapshot` requests) restores it.
+After the rounds the search server is frozen (SIGSTOP) for `--freeze-seconds` while the workload
+writes: the job must wait for it without exiting and converge once it answers. Last, a second
+pipeline captured by a Kafka Connect worker of its own (the same connector over REST) has the
+worker JVM killed with SIGKILL mid-stream `--connect-kills` times; it resumes from its offsets.
 
     python -m tests.adversarial.soak --changes 100000 --rounds 3 --seed 1
 
-It starts a local stack of its own (cdc_sync.localstack, without a Kafka Connect worker) under
+It starts a local stack of its own (cdc_sync.localstack: Postgres, broker, search, Redis) under
 `--state-dir` unless one is already up there, and stops what it started.
 """
 
@@ -26,7 +31,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from cdc_sync.core.settings import Connections
-from cdc_sync.localstack.stack import LocalStack, StackUrls
+from cdc_sync.localstack.stack import LocalStack
 from cdc_sync.verify.compare import Report
 from tests.adversarial.pipeline import Pipeline, differences, rows_compared
 from tests.adversarial.workload import Workload, create_schema
@@ -46,20 +51,6 @@ class Result:
     seconds: float
 
 
-def connections_for(urls: StackUrls) -> Connections:
-    """The stack's services; the database and warehouse are set per run."""
-    return Connections(
-        pg_url=urls.pg_url,
-        kafka_bootstrap=urls.kafka_bootstrap,
-        kafka_flavor=urls.kafka_flavor,
-        search_url=urls.search_url,
-        search_client="opensearch",
-        redis_url=urls.redis_url,
-        connect_url=None,
-        warehouse=None,
-    )
-
-
 def write_until(workload: Workload, target: int, stop: threading.Event) -> None:
     """Operations in small paced chunks until `target` committed changes (or `stop`)."""
     while workload.changes < target and not stop.is_set():
@@ -73,6 +64,17 @@ def in_background(action: Callable[[], None]) -> threading.Thread:
     return thread
 
 
+def while_writing(workload: Workload, action: Callable[[], None]) -> None:
+    """`action` (a fault and its restart) while the workload keeps writing, however far it got."""
+    stop = threading.Event()
+    writer = in_background(lambda: write_until(workload, sys.maxsize, stop))
+    try:
+        action()
+    finally:
+        stop.set()
+        writer.join()
+
+
 def timed_convergence(pipeline: Pipeline) -> tuple[Report, float]:
     started = time.monotonic()
     report = pipeline.wait_converged(timeout_seconds=CONVERGE_TIMEOUT_SECONDS)
@@ -82,7 +84,8 @@ def timed_convergence(pipeline: Pipeline) -> tuple[Report, float]:
 def faulty_round(
     pipeline: Pipeline, workload: Workload, number: int, target: int, large_rows: int
 ) -> Result:
-    """Workload + large transaction + kill -9 twice + a capture restart, then convergence."""
+    """Workload + large transaction + kill -9 of the job twice + a graceful capture restart +
+    kill -9 of capture mid-stream, then convergence."""
     before = workload.changes
     halfway = before + (target - before) // 2
     stop = threading.Event()
@@ -93,15 +96,72 @@ def faulty_round(
     workload.large_transaction(large_rows)
     mid_batch.append(pipeline.kill_job())
     pipeline.stop_capture()
-    write_until(workload, workload.changes + (target - workload.changes) // 2, threading.Event())
+    write_until(workload, workload.changes + (target - workload.changes) // 3, threading.Event())
     pipeline.start_capture()
+    while_writing(workload, pipeline.kill_capture)
     write_until(workload, target, threading.Event())
     report, seconds = timed_convergence(pipeline)
-    kills = f"kill -9 x2 ({sum(mid_batch)} mid-batch)"
+    kills = f"job kill -9 x2 ({sum(mid_batch)} mid-batch)"
     return Result(
         f"round {number}: workload + large txn ({large_rows} rows)",
         workload.changes - before,
-        f"{kills}, capture restart",
+        f"{kills}, capture restart, capture kill -9",
+        rows_compared(report),
+        str(differences(report)),
+        seconds,
+    )
+
+
+def search_frozen_round(
+    pipeline: Pipeline, workload: Workload, search_pid: int, seconds: float
+) -> Result:
+    """The search server SIGSTOPped for `seconds` while the workload writes: the job waits for
+    it (logs "waiting for sink", never exits) and converges once it answers again."""
+    before = workload.changes
+    pipeline.freeze_search(
+        search_pid, seconds, lambda stop: write_until(workload, sys.maxsize, stop)
+    )
+    report, converge_seconds = timed_convergence(pipeline)
+    pipeline.job.raise_if_dead()
+    return Result(
+        f"search server frozen {seconds:g}s",
+        workload.changes - before,
+        "SIGSTOP search (job waits, no restart)",
+        rows_compared(report),
+        str(differences(report)),
+        converge_seconds,
+    )
+
+
+def connect_round(
+    connections: Connections, run: Path, workload: Workload, changes: int, kills: int
+) -> Result:
+    """A pipeline captured by a Kafka Connect worker: the worker JVM killed with SIGKILL
+    `kills` times mid-stream and restarted; the connector resumes from its offsets topic."""
+    pipeline = Pipeline.create(
+        replace(connections, warehouse=str(run / "connect" / "warehouse")),
+        run / "connect",
+        capture="connect",
+    )
+    before = workload.changes
+    pipeline.start()
+    try:
+        pipeline.wait_converged(CONVERGE_TIMEOUT_SECONDS)  # snapshot done: the kills hit a stream
+        for kill in range(kills):
+            write_until(workload, before + changes * (kill + 1) // (kills + 1), threading.Event())
+            while_writing(workload, pipeline.kill_capture)
+        write_until(workload, before + changes, threading.Event())
+        report, seconds = timed_convergence(pipeline)
+        if pipeline.initial_snapshots() != 1:
+            raise AssertionError(f"{pipeline.initial_snapshots()} initial snapshots (1 expected)")
+        if pipeline.dead_letters():
+            raise AssertionError(f"{pipeline.dead_letters()} dead letters (none expected)")
+    finally:
+        pipeline.stop()
+    return Result(
+        "Kafka Connect capture",
+        workload.changes - before,
+        f"Connect worker kill -9 x{kills}",
         rows_compared(report),
         str(differences(report)),
         seconds,
@@ -144,8 +204,11 @@ def format_table(results: Sequence[Result]) -> str:
     return "\n".join([lines[0], "  ".join("-" * w for w in widths), *lines[1:]])
 
 
-def soak(connections: Connections, root: Path, args: argparse.Namespace) -> list[Result]:
-    per_round = args.changes // args.rounds
+def soak(
+    connections: Connections, root: Path, args: argparse.Namespace, search_pid: int
+) -> list[Result]:
+    # The Connect scenario gets a round's share of the changes, the freeze what it writes.
+    per_round = args.changes // (args.rounds + (1 if args.connect_kills else 0))
     large_rows = min(args.large_transaction, per_round // 2)
     results: list[Result] = []
     run = root / f"run-{int(time.time())}"
@@ -164,18 +227,39 @@ def soak(connections: Connections, root: Path, args: argparse.Namespace) -> list
                 log.info("%s", results[-1])
                 results.append(cache_loss_round(pipeline, workload, number))
                 log.info("%s", results[-1])
+            if args.freeze_seconds:
+                results.append(
+                    search_frozen_round(pipeline, workload, search_pid, args.freeze_seconds)
+                )
+                log.info("%s", results[-1])
             if pipeline.dead_letters():
                 raise AssertionError(f"{pipeline.dead_letters()} dead letters (none expected)")
         finally:
             pipeline.stop()
+        try:
+            if args.connect_kills:
+                results.append(
+                    connect_round(connections, run, workload, per_round, args.connect_kills)
+                )
+                log.info("%s", results[-1])
+        finally:
             workload.close()
     total = sum(r.changes for r in results)
-    kills = pipeline.job.starts - 1
+    faults = [
+        f"{pipeline.job.starts - 1} job kill -9",
+        f"{args.rounds} capture restarts",
+        f"{args.rounds} capture kill -9",
+        f"{args.rounds} flushes",
+    ]
+    if args.freeze_seconds:
+        faults.append(f"search frozen {args.freeze_seconds:g}s")
+    if args.connect_kills:
+        faults.append(f"{args.connect_kills} Connect worker kill -9")
     results.append(
         Result(
             f"total (seed {args.seed})",
             total,
-            f"{kills} kill -9, {args.rounds} capture restarts, {args.rounds} flushes",
+            ", ".join(faults),
             results[-1].rows_compared,
             "0",
             sum(r.seconds for r in results),
@@ -191,6 +275,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument(
         "--large-transaction", type=int, default=20_000, help="rows of each round's large txn"
+    )
+    parser.add_argument(
+        "--freeze-seconds", type=float, default=60.0, help="search server frozen (0: skip)"
+    )
+    parser.add_argument(
+        "--connect-kills", type=int, default=2, help="Connect worker kill -9s (0: skip)"
     )
     parser.add_argument("--state-dir", default=".cdc-sync/soak", help="stack and pipeline state")
     return parser.parse_args(argv)
@@ -209,7 +299,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = not stack.is_up()
     urls = stack.start()
     try:
-        results = soak(connections_for(urls), root, args)
+        search = next(s for s in stack.started() if s.name == "search")
+        results = soak(urls.connections(), root, args, search.pid)
     finally:
         if started:
             stack.stop()

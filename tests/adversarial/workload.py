@@ -20,6 +20,8 @@ come from counters, so the same seed on the same starting state runs the same st
 from __future__ import annotations
 
 import random
+import threading
+import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
@@ -581,6 +583,19 @@ class Workload:
             self._conn.close()
         self._conn = None
         self._ctx = None
+
+
+def paced(workload: Workload, operations: int, chunk: int = 10, pause: float = 0.2) -> None:
+    """The workload in small chunks, so the job sees a stream of batches, not one."""
+    for _ in range(operations // chunk):
+        workload.run(chunk)
+        time.sleep(pause)
+
+
+def paced_in_background(workload: Workload, operations: int) -> threading.Thread:
+    thread = threading.Thread(target=paced, args=(workload, operations), daemon=True)
+    thread.start()
+    return thread
 
 
 def _next(conn: Conn, sql: str) -> int:

@@ -1,8 +1,10 @@
 """Adversarial convergence, bounded (issue 8, item 7): a seeded random workload over every column
 type, TOAST-only updates, primary-key moves, deferred keys, savepoints, rollbacks and interleaved
 transactions, with faults in between: kill -9 of the sync job subprocess mid-batch (restarted on
-its checkpoint), a capture restart with changes made while it was down, and the Redis cache
-flushed while running, repaired by an incremental snapshot. The long version is `make soak`.
+its checkpoint), a graceful capture restart with changes made while it was down, kill -9 of the
+capture process (the embedded engine's JVM) while it streams, the Redis cache flushed while
+running (repaired by an incremental snapshot), and the search server frozen (SIGSTOP) while the
+workload writes. Kafka Connect worker kills: test_adversarial_connect.py. Long version: `make soak`.
 """
 
 from __future__ import annotations
@@ -26,9 +28,16 @@ from cdc_sync.core.settings import Connections
 from cdc_sync.sinks.search import readback as search_readback
 from cdc_sync.sinks.search.backends import open_backend
 from tests.adversarial.pipeline import PROJECT_ROOT, Pipeline
-from tests.adversarial.workload import TABLES, Workload, create_schema, swap_deferred_keys
+from tests.adversarial.workload import (
+    TABLES,
+    Workload,
+    create_schema,
+    paced,
+    paced_in_background,
+    swap_deferred_keys,
+)
 from tests.e2e.conftest import with_path
-from tests.fixtures.services import KafkaEndpoint
+from tests.fixtures.services import KafkaEndpoint, SearchServer
 from tests.pg import private_database
 
 pytestmark = pytest.mark.e2e
@@ -36,6 +45,7 @@ pytestmark = pytest.mark.e2e
 SEED = 8007
 ADVERSARIAL_REDIS_DB = 8  # conftest: shop 3, types 4, schema evolution 5-7
 LARGE_TRANSACTION_ROWS = 2000
+FREEZE_SECONDS = 45.0
 
 
 @pytest.fixture(scope="module")
@@ -71,29 +81,16 @@ def adversarial(
             workload.close()
 
 
-def paced(workload: Workload, operations: int, chunk: int = 10, pause: float = 0.2) -> None:
-    """The workload in small chunks, so the job sees a stream of batches, not one."""
-    for _ in range(operations // chunk):
-        workload.run(chunk)
-        time.sleep(pause)
-
-
-def in_background(workload: Workload, operations: int) -> threading.Thread:
-    thread = threading.Thread(target=paced, args=(workload, operations), daemon=True)
-    thread.start()
-    return thread
-
-
-def test_converges_through_kill9_capture_restart_and_cache_loss(
+def test_converges_through_kill9_capture_restart_capture_kill9_and_cache_loss(
     adversarial: tuple[Pipeline, Workload],
 ) -> None:
     pipeline, workload = adversarial
     # (a) kill -9 of the job subprocess while a batch is in flight, restart on the checkpoint.
-    writer = in_background(workload, 150)
+    writer = paced_in_background(workload, 150)
     assert pipeline.kill_job(), "no batch was in flight when the job was killed"
     writer.join()
     workload.large_transaction(LARGE_TRANSACTION_ROWS)
-    writer = in_background(workload, 100)
+    writer = paced_in_background(workload, 100)
     pipeline.kill_job()
     writer.join()
     # (b) capture stopped while the workload goes on; restarted on its offsets and slot.
@@ -101,9 +98,17 @@ def test_converges_through_kill9_capture_restart_and_cache_loss(
     workload.run(60)
     pipeline.start_capture()
     paced(workload, 60)
-    report = pipeline.wait_converged(timeout_seconds=180)
+    # (c) capture (the engine's JVM) killed with SIGKILL while it streams: it re-sends from its
+    # last flushed offset on restart, and the sinks fence the duplicates.
+    writer = paced_in_background(workload, 100)
+    pipeline.kill_capture()
+    writer.join()
+    # Generous: under a loaded machine the large transaction's backlog took minutes (its
+    # inserts applied, its deletes still queued: verify saw only extra rows meanwhile).
+    report = pipeline.wait_converged(timeout_seconds=300)
     assert {t.source_count for t in report.tables} != {0}
-    # (c) the cache is lost while running: verify names it, an incremental snapshot repairs it.
+    assert pipeline.initial_snapshots() == 1, "a capture restart snapshotted again"
+    # (d) the cache is lost while running: verify names it, an incremental snapshot repairs it.
     pipeline.flush_cache()
     broken = pipeline.verify()
     lost = {
@@ -121,6 +126,29 @@ def test_converges_through_kill9_capture_restart_and_cache_loss(
     # Nothing was malformed or refused: the dead-letter topic holds no record.
     assert pipeline.dead_letters() == 0
     assert pipeline.job.starts == 3
+
+
+def test_search_server_frozen_the_job_waits_and_converges(
+    adversarial: tuple[Pipeline, Workload], search_server: SearchServer
+) -> None:
+    """The search server answers nothing (SIGSTOP) while the workload writes: the job retries,
+    logs that it waits for the sink, does not exit, and converges once the server is back."""
+    if search_server.pid is None:
+        pytest.skip("the search server is not a local process here: it cannot be frozen")
+    pipeline, workload = adversarial
+    pipeline.wait_converged(timeout_seconds=120)
+    # Longer than the job's 30 s per-request sink timeout (cdc_sync.core.retry): a bulk sent
+    # while frozen times out, and the job must wait, not end.
+    pipeline.freeze_search(search_server.pid, FREEZE_SECONDS, lambda stop: write(workload, stop))
+    pipeline.wait_converged(timeout_seconds=180)
+    assert pipeline.job.starts == 3  # still the process of the first test's last restart
+    assert pipeline.dead_letters() == 0
+
+
+def write(workload: Workload, stop: threading.Event) -> None:
+    while not stop.is_set():
+        workload.run(10)
+        time.sleep(0.2)
 
 
 def test_workload_is_deterministic_for_a_seed(pg_url: str) -> None:

@@ -31,6 +31,7 @@ pytestmark = pytest.mark.e2e
 
 TYPES_DIR = Path(__file__).parent / "types"
 TABLE = TableId("types", "all_types")
+HEARTBEAT = "types.cdc_sync_heartbeat"
 TYPES_REDIS_DB = 4
 CONNECTOR_MODES = dict(load_connector(Path("connectors/shop.json")).config)
 MODES = {
@@ -62,7 +63,13 @@ def types_pipeline(
             mapping = dataclasses.replace(
                 mapping, schema_source=SchemaSource.CATALOG, connector=Path("connectors/shop.json")
             )
-        overrides = {"schema.include.list": "types", "table.include.list": str(TABLE)}
+        overrides = {
+            "schema.include.list": "types",
+            "table.include.list": f"{TABLE},{HEARTBEAT}",
+            "heartbeat.action.query": CONNECTOR_MODES["heartbeat.action.query"].replace(
+                "shop.cdc_sync_heartbeat", HEARTBEAT
+            ),
+        }
         overrides |= MODES[request.param]
         with running_pipeline(services.spark, mapping, connections, root, overrides) as harness:
             yield harness

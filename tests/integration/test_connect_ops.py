@@ -94,7 +94,7 @@ def test_apply_status_pause_resume_restart_offsets_delete(
     assert "up to date" in capsys.readouterr().out
     changed = [*settings, "--set", "heartbeat.interval.ms=5000"]
     assert run(env_file, "apply", "--connector", SHOP, *changed) == 0
-    assert "~ heartbeat.interval.ms: 10000 -> 5000" in capsys.readouterr().out
+    assert "~ heartbeat.interval.ms: 1000 -> 5000" in capsys.readouterr().out
     wait_running(client, name)
     assert run(env_file, "pause", "--name", name) == 0
     _wait_state(client, name, "PAUSED")

@@ -31,7 +31,7 @@ tables:
   shop.orders: {}
   shop.nowhere: {}
   shop.no_pk: {}
-ignore: [shop.order_lines, shop.cdc_sync_signal]
+ignore: [shop.order_lines, shop.cdc_sync_signal, shop.cdc_sync_heartbeat]
 """
 
 

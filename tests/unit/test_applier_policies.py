@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
-from pathlib import Path
+from collections.abc import Mapping, Sequence
 
 import pytest
 
 from cdc_sync.core.model import Change
 from cdc_sync.job.applier import BatchApplier, BatchMetrics, PolicyViolation
 from cdc_sync.job.dead_letter import DeadLetter
-from cdc_sync.mapping import MappingFile, OnMalformed, Policies, TableRoute
+from cdc_sync.mapping import OnMalformed, Policies, TableRoute
 from cdc_sync.schema import RowSchema
 from cdc_sync.sinks.base import RecordFailure, WriteResult
-from tests.changes import change, products_route
+from tests.changes import change, mapping_of, products_route
 
 pytestmark = pytest.mark.unit
 
@@ -31,6 +30,9 @@ class RefusingSink:
         failures = [RecordFailure(c, "mapper_parsing_exception", "refused") for c in changes]
         return WriteResult(failures=failures)
 
+    def record_watermark(self, routes: Mapping[str, TableRoute], position: int) -> None:
+        return None
+
     def close(self) -> None:
         return None
 
@@ -45,15 +47,7 @@ class Letters:
 
 def applier_for(policy: OnMalformed) -> tuple[BatchApplier, Letters, Change]:
     route = dataclasses.replace(products_route(), policies=Policies(on_malformed=policy))
-    mapping = MappingFile(
-        path=Path("m.yaml"),
-        topic_prefix="cdc",
-        connector=None,
-        dead_letter_topic="dlq",
-        tombstone_retention_seconds=60,
-        tables={route.table: route},
-        ignored=frozenset(),
-    )
+    mapping = mapping_of(route)
     letters = Letters()
     applier = BatchApplier(mapping, [RefusingSink()], letters)  # type: ignore[arg-type]
     row = {"id": 1, "sku": "s1", "name": "n", "description": None, "price": None, "in_stock": True}

@@ -113,3 +113,20 @@ def test_decode_and_fold_folds_a_whole_partition_in_the_task_and_reports_its_sid
         KIND_TOMBSTONE,
         KIND_MALFORMED,
     }
+
+
+def test_the_read_your_writes_candidate_comes_back_from_the_tasks() -> None:
+    """The watermark candidate (the highest commit bound among the changes read) reaches the
+    driver from the executor tasks through the stats rows."""
+    from cdc_sync.job.stream import SideRows
+
+    one = key_bytes("products", {"id": 1})
+    batch = kafka_batch(
+        [
+            (one, envelope_bytes("products", "u", 900, product(1))),
+            (one, envelope_bytes("products", "u", 700, product(1, name="older"))),
+        ]
+    )
+    rows = [r for out in decode_and_fold(iter([batch])) for r in out.to_pylist()]
+    side = SideRows([r for r in rows if r["kind"] != KIND_CHANGE])
+    assert side.commit_bound == 900

@@ -29,7 +29,7 @@ def test_demo_mapping_routes_every_demo_table_by_the_conventions() -> None:
     assert route.search is not None and route.search.index == "shop_customers"
     assert route.policies.on_tombstone is OnTombstone.DELETE
     assert route.policies.on_malformed is OnMalformed.DEAD_LETTER
-    assert mapping.topics()[0] == "cdc.shop.customers"
+    assert mapping.topics()[:2] == ["cdc.shop.cdc_sync_heartbeat", "cdc.shop.customers"]
 
 
 def test_projection_and_rename_apply_to_rows() -> None:

@@ -24,10 +24,10 @@ from cdc_sync.job.capture_probes import (
 from cdc_sync.job.health import SinkHealth
 from cdc_sync.job.metrics import JobMetrics
 from cdc_sync.job.runner import JobOptions
-from cdc_sync.mapping import MappingFile, OnMalformed, Policies, TableRoute, load_mapping
+from cdc_sync.mapping import OnMalformed, Policies, TableRoute, load_mapping
 from cdc_sync.schema import RowSchema
 from cdc_sync.sinks.base import RecordFailure, WriteResult
-from tests.changes import change, products_route
+from tests.changes import change, mapping_of, products_route
 
 pytestmark = pytest.mark.unit
 
@@ -77,15 +77,7 @@ def applier_with(sinks: list[ScriptedSink]) -> tuple[BatchApplier, TableRoute]:
     route = dataclasses.replace(
         products_route(), policies=Policies(on_malformed=OnMalformed.DEAD_LETTER)
     )
-    mapping = MappingFile(
-        path=Path("m.yaml"),
-        topic_prefix="cdc",
-        connector=None,
-        dead_letter_topic="dlq",
-        tombstone_retention_seconds=60,
-        tables={route.table: route},
-        ignored=frozenset(),
-    )
+    mapping = mapping_of(route)
     return BatchApplier(mapping, sinks, Letters()), route  # type: ignore[arg-type]
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -167,6 +167,9 @@ class RecordingSink:
     def apply(self, route: TableRoute, changes: Sequence[Change]) -> WriteResult:
         self.applied += changes
         return WriteResult(applied=len(changes))
+
+    def record_watermark(self, routes: Mapping[str, TableRoute], position: int) -> None:
+        return None
 
     def close(self) -> None:
         return None

@@ -92,6 +92,16 @@ def _heartbeat(config: Mapping[str, str]) -> list[Check]:
                 "pins WAL written by other tables",
             )
         ]
+    if not config.get("heartbeat.action.query"):
+        return [
+            Check(
+                "warning",
+                "heartbeat.action.query",
+                "not set: plain heartbeats carry no WAL position, so while the tables are idle "
+                "the applied watermarks stand still and `cdc-sync wait` times out (upsert a "
+                "captured heartbeat table, the mapping's source.heartbeat_table)",
+            )
+        ]
     return []
 
 

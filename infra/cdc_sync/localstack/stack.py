@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from cdc_sync.core import settings
+from cdc_sync.core.settings import Connections
 from cdc_sync.localstack.connect import start_connect
 from cdc_sync.localstack.postgres import start_postgres, stop_postgres
 from cdc_sync.localstack.process import Started, alive, stop_pid
@@ -28,6 +29,19 @@ class StackUrls:
     search_url: str
     redis_url: str
     connect_url: str | None = None
+
+    def connections(self, warehouse: Path | None = None) -> Connections:
+        """The stack's services as the job's settings (search through opensearch-py)."""
+        return Connections(
+            pg_url=self.pg_url,
+            kafka_bootstrap=self.kafka_bootstrap,
+            kafka_flavor=self.kafka_flavor,
+            search_url=self.search_url,
+            search_client="opensearch",
+            redis_url=self.redis_url,
+            connect_url=self.connect_url,
+            warehouse=None if warehouse is None else str(warehouse),
+        )
 
     def env(self, warehouse: Path) -> dict[str, str]:
         connect = {settings.CONNECT_URL: self.connect_url} if self.connect_url else {}

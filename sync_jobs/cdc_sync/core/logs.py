@@ -49,7 +49,8 @@ class ConsoleHandler(logging.StreamHandler[TextIO]):
     (rich) prints log lines above itself instead of through it."""
 
     def emit(self, record: logging.LogRecord) -> None:
-        self.setStream(sys.stderr)
+        # Not setStream: it flushes the previous stream first, which may be closed by now.
+        self.stream = sys.stderr
         super().emit(record)
 
 

@@ -76,6 +76,9 @@ class Change:
     # created and deleted, or two rows swapped keys (deferrable keys) and the key is present.
     # Only Postgres can tell (job.unavailable reads it).
     resolve_from_source: bool = False
+    # The change's own WAL position (Debezium's `source.lsn`); None where it has none
+    # (incremental-snapshot rows, tombstones).
+    position: int | None = None
 
     @property
     def is_delete(self) -> bool:
@@ -89,6 +92,20 @@ class Change:
     @property
     def doc_id(self) -> str:
         return document_id(self.key)
+
+    @property
+    def commit_bound(self) -> int | None:
+        """A WAL position P such that Debezium streamed every transaction whose commit record
+        ends at or before P before this change (the read-your-writes watermark's candidate).
+
+        Both the version (the commit end of the transaction streamed just before this one) and
+        the change's own position qualify: pgoutput streams whole transactions in commit order,
+        and a transaction whose commit was written before this change commits before this
+        change's transaction. None for snapshot rows (rows of other tables still follow them)
+        and for deletes known only from a tombstone."""
+        if self.op is Op.READ or self.is_unversioned:
+            return None
+        return max(self.version, self.position if self.position is not None else -1)
 
 
 @dataclass(frozen=True)

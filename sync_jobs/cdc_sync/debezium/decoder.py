@@ -162,8 +162,9 @@ def _parse_payload(
         )
     table = _table_from_source(source, coordinates)
     ts_ms = source.get("ts_ms") if isinstance(source.get("ts_ms"), int) else None
+    position = _own_position(source)
     if op is Op.DELETE:
-        return Change(table, key, op, version, None, coordinates, ts_ms)
+        return Change(table, key, op, version, None, coordinates, ts_ms, position=position)
     after = payload.get("after")
     if not isinstance(after, dict):
         raise MalformedRecord(coordinates, f"{where}.after", f"missing for op {op.value!r}")
@@ -180,7 +181,9 @@ def _parse_payload(
         row = convert_row(row_schema, after, skip=unavailable)
     except ValueError as exc:
         raise MalformedRecord(coordinates, f"{where}.after", str(exc)) from exc
-    return Change(table, key, op, version, row, coordinates, ts_ms, unavailable, row_schema)
+    return Change(
+        table, key, op, version, row, coordinates, ts_ms, unavailable, row_schema, position=position
+    )
 
 
 def commit_order_version(source: Mapping[str, Any], floor: int = 0) -> int | None:
@@ -210,12 +213,19 @@ def commit_order_version(source: Mapping[str, Any], floor: int = 0) -> int | Non
     sequence = _sequence(source)
     if sequence and sequence[0] is not None:
         return sequence[0]
-    lsn = source.get("lsn")
-    if isinstance(lsn, int) and not isinstance(lsn, bool) and lsn >= 0:
+    lsn = _own_position(source)
+    if lsn is not None:
         # `[null, lsn]` on a streamed change: the first transaction after a snapshot.
         first_after_snapshot = bool(sequence) and not _is_snapshot_row(source)
         return max(lsn, floor) if first_after_snapshot else lsn
     return sequence[-1] if sequence and sequence[-1] is not None else None
+
+
+def _own_position(source: Mapping[str, Any]) -> int | None:
+    lsn = source.get("lsn")
+    if isinstance(lsn, int) and not isinstance(lsn, bool) and lsn >= 0:
+        return lsn
+    return None
 
 
 def _is_snapshot_row(source: Mapping[str, Any]) -> bool:

@@ -70,6 +70,9 @@ class BatchMetrics:
     # Per (routed table, sink name), what that sink did with the table's changes (`sinks` sums
     # these per sink): applied / fenced / failed per table and sink for metrics.
     table_sinks: dict[tuple[TableId, str], WriteResult] = field(default_factory=dict)
+    # The highest `Change.commit_bound` among the batch's changes, heartbeats included: the
+    # read-your-writes watermark's candidate (job.watermark_rule says when it holds).
+    commit_bound: int | None = None
 
     def timed(self, stage: str, started: float) -> None:
         self.stages[stage] = self.stages.get(stage, 0.0) + time.monotonic() - started
@@ -165,6 +168,9 @@ class BatchApplier:
             tombstone_deletes=tombstone_deletes,
             stage_seconds=stage_seconds,
             offsets=offsets,
+            commit_bound=max(
+                (b for b in (c.commit_bound for c in compacted) if b is not None), default=None
+            ),
         )
         writes = [
             write_table(self.mapping.tables[table], state, by_table[table], self.sinks, self.filler)
@@ -188,6 +194,7 @@ class BatchApplier:
         tombstone_deletes: int = 0,
         stage_seconds: dict[str, float] | None = None,
         offsets: dict[tuple[str, int], int] | None = None,
+        commit_bound: int | None = None,
     ) -> BatchPlan:
         """Before the writes: rejected records meet their policies, and each routed table's
         newest schema (`table_schemas`) meets `on_schema_change`; targets evolve here, on the
@@ -196,13 +203,14 @@ class BatchApplier:
         metrics = BatchMetrics(batch_id, records=records, changes=changes, compacted=compacted)
         metrics.stages.update(stage_seconds or {})
         metrics.offsets.update(offsets or {})
+        metrics.commit_bound = commit_bound  # the batch's highest, heartbeats included
         metrics.tombstones += tombstone_deletes
         letters = self._handle_rejected(rejected, metrics)
         accepted: dict[TableId, SchemaState] = {}
         for table, incoming in sorted(table_schemas.items()):
             route = self.mapping.route_for(table)
             if route is None:
-                continue  # not subscribed; only ignored tables' topics can get here
+                continue  # the heartbeat table (watermarks only), or a table not subscribed
             state = self.schemas.observe(route, incoming)
             if state.evolved:
                 for sink in self.sinks:
@@ -300,6 +308,8 @@ class BatchApplier:
             policies = self.mapping.policies_for(record.table)
             if record.kind == "tombstone":
                 metrics.tombstones += 1
+                if record.table is not None and record.table == self.mapping.heartbeat_table:
+                    continue  # a deleted heartbeat row: nothing to apply anywhere
                 if policies.on_tombstone is OnTombstone.FAIL:
                     raise PolicyViolation(
                         f"{record.coordinates}: Kafka tombstone (null value) received; set "

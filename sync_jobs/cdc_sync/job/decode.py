@@ -43,6 +43,7 @@ DECODED_SCHEMA = pa.schema(
         pa.field("table", pa.string()),
         pa.field("doc_id", pa.string()),
         pa.field("version", pa.int64()),
+        pa.field("bound", pa.int64()),  # Change.commit_bound: the read-your-writes candidate
         pa.field("change", pa.binary()),
         pa.field("schema_fp", pa.string()),
         pa.field("schema_blob", pa.binary()),
@@ -116,6 +117,7 @@ def _change_columns(change: Change, seen: set[str], kind: str = KIND_CHANGE) -> 
         "table": str(change.table),
         "doc_id": change.doc_id,
         "version": change.version,
+        "bound": change.commit_bound,
         "change": pickle.dumps(dataclasses.replace(change, schema=None), protocol=5),
     }
     if change.schema is not None:
@@ -216,6 +218,7 @@ def _folded_row(change: Change, schema_fp: object) -> dict[str, object]:
         "table": str(change.table),
         "doc_id": change.doc_id,
         "version": change.version,
+        "bound": change.commit_bound,
         "change": pickle.dumps(change, protocol=5),
         "schema_fp": schema_fp,
     }
@@ -283,7 +286,7 @@ def decode_and_fold(
 
 def _stats_rows(decoded: pa.Table, task: str) -> list[dict[str, object]]:
     grouped = decoded.group_by(["kind", "topic", "partition"]).aggregate(
-        [("offset", "count"), ("offset", "max"), ("version", "max")]
+        [("offset", "count"), ("offset", "max"), ("version", "max"), ("bound", "max")]
     )
     return [
         {
@@ -294,6 +297,7 @@ def _stats_rows(decoded: pa.Table, task: str) -> list[dict[str, object]]:
             "offset": row["offset_max"],
             "count": row["offset_count"],
             "version": row["version_max"],
+            "bound": row["bound_max"],
             "task": task,
         }
         for row in grouped.to_pylist()

@@ -40,6 +40,7 @@ from cdc_sync.job.status_file import StatusRecorder
 from cdc_sync.job.stream import MicroBatchProcessor
 from cdc_sync.job.task_sinks import TaskSinkSpec
 from cdc_sync.job.version_floors import FileVersionFloors
+from cdc_sync.job.watermarks import WatermarkObserver
 from cdc_sync.mapping import MappingFile, SchemaSource
 from cdc_sync.schema.catalog import ConverterModes, known_schemas
 from cdc_sync.sinks.base import Sink
@@ -47,6 +48,7 @@ from cdc_sync.sinks.delta import DeltaSink
 from cdc_sync.sinks.delta.maintenance import EveryNBatches, UpkeepOptions, maintain_route
 from cdc_sync.sinks.delta.spark_client import DeltaSparkWriter, delta_spark_available
 from cdc_sync.source import kafka_stream
+from cdc_sync.source.end_offsets import EndOffsets
 
 log = logging.getLogger(__name__)
 
@@ -70,8 +72,6 @@ class JobOptions:
     sink_retry_horizon_seconds: float = DEFAULT_HORIZON_SECONDS
     # Each request to a sink gives up after this long (a hung server fails the attempt).
     sink_request_timeout_seconds: float = DEFAULT_ATTEMPT_TIMEOUT_SECONDS
-    # Delta upkeep (compact, vacuum, prune tombstones) after every N-th batch; None: off.
-    maintain_every_batches: int | None = None
     # Prometheus metrics on http://<metrics_host>:<metrics_port>/metrics; None: off, 0: any port.
     metrics_port: int | None = None
     metrics_host: str = DEFAULT_METRICS_HOST
@@ -79,6 +79,8 @@ class JobOptions:
     metrics_probe_seconds: float = DEFAULT_PROBE_SECONDS
     # The initial snapshot's live progress view; None: when stdout is a terminal.
     snapshot_progress: bool | None = None
+    # Delta upkeep (compact, vacuum, prune tombstones) after every N-th batch; None: off.
+    maintain_every_batches: int | None = None
 
     def sink_retry(self, observer: RetryObserver | None = None) -> RetryPolicy:
         """The retry policy every sink writes under, reporting to `observer`."""
@@ -216,6 +218,13 @@ class SyncJob:
         self.progress = snapshot_progress(mapping, connections, options)
         # The progress view first: its summary line precedes the batch line that ended it.
         console = ([self.progress] if self.progress else []) + [BatchLine()]
+        # Read-your-writes: the applied watermark, recorded in every sink after each batch.
+        self.watermarks = WatermarkObserver(
+            mapping,
+            self.sinks,
+            EndOffsets(connections.require("kafka_bootstrap"), connections.kafka_flavor),
+            options.checkpoint_dir,
+        )
         # The accepted schemas belong to this query's checkpoint: a new checkpoint, a new baseline.
         self.applier = BatchApplier(
             mapping,
@@ -223,7 +232,7 @@ class SyncJob:
             self.dead_letters,
             None,  # the TOAST fill runs in the write tasks (spec.pg_url)
             FileSchemaStore.beside_checkpoint(options.checkpoint_dir),
-            [*observers, self.status, *console],
+            [self.watermarks, *observers, self.status, *console],
         )
         self.processor = MicroBatchProcessor(
             self.applier,
@@ -307,6 +316,7 @@ class SyncJob:
             sink.close()
         self.dead_letters.close()
         self.relay.close()
+        self.watermarks.close()
 
 
 def snapshot_progress(

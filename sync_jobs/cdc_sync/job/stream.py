@@ -111,6 +111,7 @@ class MicroBatchProcessor:
                 tombstone_deletes=summary.counts.get(KIND_TOMBSTONE_DELETE, 0),
                 stage_seconds=stages,
                 offsets=summary.offsets,
+                commit_bound=summary.commit_bound,
             )
             tasks: list[list[TableWrite]] = []
             if plan.schemas:
@@ -176,6 +177,7 @@ class SideRows:
         self.counts: dict[str, int] = defaultdict(int)
         self.offsets: dict[tuple[str, int], int] = {}
         self.versions: dict[tuple[str, int], int] = {}  # highest change version per partition
+        self.commit_bound: int | None = None  # highest Change.commit_bound (job.watermarks)
         self.rejected: list[Rejected] = []
         self.compacted = 0
         self.schemas: dict[TableId, RowSchema | None] = {}
@@ -188,6 +190,8 @@ class SideRows:
                 self.offsets[where] = max(self.offsets.get(where, -1), row["offset"])
                 if row["counted"] == KIND_CHANGE and row.get("version") is not None:
                     self.versions[where] = max(self.versions.get(where, 0), row["version"])
+                if row.get("bound") is not None:
+                    self.commit_bound = max(self.commit_bound or 0, row["bound"])
                 readers[where].add(row["task"])
             elif row["kind"] == KIND_TABLE:
                 table = TableId.parse(row["table"])

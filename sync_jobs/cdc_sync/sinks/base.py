@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -45,5 +45,10 @@ class Sink(Protocol):
 
     def apply(self, route: TableRoute, changes: Sequence[Change]) -> WriteResult:
         """Write compacted, routed changes; per-record terminal failures come back in the result."""
+
+    def record_watermark(self, routes: Mapping[str, TableRoute], position: int) -> None:
+        """Store `position` (a WAL position) as the applied watermark of each topic in `routes`
+        (`<topic.prefix>.<schema>.<table>` -> its route) that this sink serves, never lowering a
+        stored one. Its `readback.watermarks` reads them back."""
 
     def close(self) -> None: ...

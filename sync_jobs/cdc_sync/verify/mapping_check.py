@@ -80,9 +80,19 @@ def validate_mapping(
     at = lambda field: f"{mapping.path}: {field}"  # noqa: E731 - reads better than a def here
     modes = ConverterModes.from_connector(connector.config if connector else {})
     if connector is not None:
-        for table in mapping.uncovered(captured_tables(conn, connector)):
+        captured = captured_tables(conn, connector)
+        for table in mapping.uncovered(captured):
             findings.append(
                 Finding(at("tables"), f"captured table {table} is neither routed nor ignored")
+            )
+        heartbeat = mapping.heartbeat_table
+        if heartbeat is not None and heartbeat not in captured:
+            findings.append(
+                Finding(
+                    at("source.heartbeat_table"),
+                    f"{heartbeat} is not captured by {connector.path}: create it and add it to "
+                    "table.include.list (its heartbeat.action.query writes it)",
+                )
             )
     for table, route in mapping.tables.items():
         findings += _check_table(conn, route, modes, at(f"tables.{table}"))

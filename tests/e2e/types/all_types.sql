@@ -47,3 +47,11 @@ INSERT INTO types.all_types VALUES
      '0001-01-01', '00:00:00', '00:00:00-05:30', '1970-01-01 00:00:00',
      '1970-01-01 00:00:00+00', '-1 mons -2 days 03:00:00.000001', 'sad', '{}', '{}', -0.01,
      '::1', '2001:db8::/32', 'ff:ff:ff:ff:ff:ff', '<x/>');
+
+-- Written by the connector's `heartbeat.action.query` every `heartbeat.interval.ms`: its captured
+-- changes carry WAL positions, so the sync job's read-your-writes watermarks advance while the
+-- other tables are idle (mapping `source.heartbeat_table`; never written to the sinks).
+CREATE TABLE IF NOT EXISTS types.cdc_sync_heartbeat (
+    connector  text PRIMARY KEY,
+    beat_at    timestamptz NOT NULL
+);

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -17,6 +17,7 @@ from cdc_sync.sinks.base import WriteResult
 from cdc_sync.sinks.delta.actions import DeltaActions, to_actions
 from cdc_sync.sinks.delta.client import DeltaLakeWriter
 from cdc_sync.sinks.delta.target import ensure_table
+from cdc_sync.sinks.delta.watermarks import DeltaWatermarks
 
 
 class DeltaWriter(Protocol):
@@ -41,6 +42,7 @@ class DeltaSink:
         self.warehouse = warehouse
         self.retry = retry.for_target(self.name)
         self.writer = writer or DeltaLakeWriter(warehouse, tombstone_retention_seconds)
+        self.watermarks = DeltaWatermarks(warehouse)
 
     def ensure_target(self, route: TableRoute, schema: RowSchema | None) -> None:
         if route.delta is None or schema is None:
@@ -62,6 +64,14 @@ class DeltaSink:
             lambda: self.writer.write_batch(delta, actions),
             is_transient,
             f"delta merge {delta.relative_path()}",
+            self.retry,
+        )
+
+    def record_watermark(self, routes: Mapping[str, TableRoute], position: int) -> None:
+        retried(
+            lambda: self.watermarks.record(routes, position),
+            is_transient,
+            "delta watermarks",
             self.retry,
         )
 

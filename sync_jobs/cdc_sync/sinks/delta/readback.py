@@ -12,6 +12,7 @@ from typing import Any
 from cdc_sync.core.model import document_id
 from cdc_sync.mapping import DeltaRoute
 from cdc_sync.sinks.delta.target import open_table, table_path
+from cdc_sync.sinks.delta.watermarks import LSN, TOPIC, watermark_path
 
 
 def table_rows(warehouse: Path, delta: DeltaRoute) -> list[dict[str, Any]]:
@@ -28,3 +29,12 @@ def rows_by_id(
         document_id(tuple((k, row[k]) for k in key_names)): row
         for row in table_rows(warehouse, delta)
     }
+
+
+def watermarks(warehouse: Path) -> dict[str, int]:
+    """Applied watermarks, topic -> WAL position (empty before the job recorded one)."""
+    table = open_table(watermark_path(warehouse))
+    if table is None:
+        return {}
+    rows = table.to_pyarrow_table(columns=[TOPIC, LSN]).to_pylist()
+    return {row[TOPIC]: int(row[LSN]) for row in rows}

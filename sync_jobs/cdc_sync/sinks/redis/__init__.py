@@ -8,7 +8,7 @@ which is the usual trade of an expiring cache.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import redis
 from redis.backoff import NoBackoff
@@ -21,6 +21,7 @@ from cdc_sync.schema import RowSchema
 from cdc_sync.sinks.base import WriteResult
 from cdc_sync.sinks.redis.actions import to_actions
 from cdc_sync.sinks.redis.client import RedisWriter
+from cdc_sync.sinks.redis.watermarks import CacheWatermarks
 
 __all__ = ["RedisSink"]
 
@@ -44,6 +45,7 @@ class RedisSink:
             socket_connect_timeout=timeout,
         )
         self.writer = RedisWriter(self.client, tombstone_retention_seconds, self.retry)
+        self.watermarks = CacheWatermarks(self.client, self.retry)
         self._script_loaded = False
 
     def ensure_target(self, route: TableRoute, schema: RowSchema | None) -> None:
@@ -57,6 +59,9 @@ class RedisSink:
         if not actions:
             return WriteResult()
         return self.writer.write_batch(actions)
+
+    def record_watermark(self, routes: Mapping[str, TableRoute], position: int) -> None:
+        self.watermarks.record(routes, position)
 
     def close(self) -> None:
         self.client.close()

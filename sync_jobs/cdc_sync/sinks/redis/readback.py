@@ -12,7 +12,7 @@ from typing import Any
 import redis
 
 from cdc_sync.core.model import TableId
-from cdc_sync.mapping import CacheRoute
+from cdc_sync.mapping import WATERMARKS_KEY_SUFFIX, CacheRoute
 
 ROW_FIELD = "row"
 VERSION_FIELD = "version"  # zero-padded decimal (actions.VERSION_WIDTH)
@@ -47,6 +47,22 @@ def versions(
         pipe.hget(cache.key(table, doc_id), VERSION_FIELD)
     stored = pipe.execute() if ids else []
     return {doc_id: int(v) for doc_id, v in zip(ids, stored, strict=True) if v is not None}
+
+
+def watermarks(client: redis.Redis, prefix: str | None = None) -> dict[str, int]:
+    """Applied watermarks, topic -> WAL position, from `<prefix>:_cdc:watermarks` (every
+    prefix's hash when `prefix` is None; a topic in several takes the lowest)."""
+    if prefix is not None:
+        keys = [CacheRoute(prefix).watermarks_key().encode()]
+    else:
+        keys = list(client.scan_iter(match=f"*:{WATERMARKS_KEY_SUFFIX}", count=1000))
+    found: dict[str, int] = {}
+    for key in keys:
+        fields: dict[bytes, bytes] = client.hgetall(key)  # type: ignore[assignment]
+        for topic, value in fields.items():
+            name = topic.decode()
+            found[name] = min(int(value), found.get(name, int(value)))
+    return found
 
 
 def _glob_escape(text: str) -> str:

@@ -7,7 +7,7 @@ index's refresh policy (users choose it); `refresh(alias)` is there for tests an
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from cdc_sync.core.model import Change
 from cdc_sync.core.retry import DEFAULT_POLICY, RetryPolicy, retried
@@ -23,6 +23,7 @@ from cdc_sync.sinks.search.backends import (
 )
 from cdc_sync.sinks.search.client import SearchWriter
 from cdc_sync.sinks.search.target import ensure_index
+from cdc_sync.sinks.search.watermarks import SearchWatermarks
 
 __all__ = ["CLIENT_KINDS", "SearchSink"]
 
@@ -50,6 +51,7 @@ class SearchSink:
         )
         self.tombstone_retention_seconds = tombstone_retention_seconds
         self.writer = SearchWriter(self.backend, self.retry)
+        self.watermarks = SearchWatermarks(self.backend, self.retry)
 
     def ensure_target(self, route: TableRoute, schema: RowSchema | None) -> None:
         search = route.search
@@ -67,6 +69,9 @@ class SearchSink:
         if actions is None:
             return WriteResult()
         return self.writer.write_batch(actions)
+
+    def record_watermark(self, routes: Mapping[str, TableRoute], position: int) -> None:
+        self.watermarks.record(routes, position)
 
     def refresh(self, alias: str) -> None:
         """Make writes searchable now (tests); production relies on the index refresh policy."""

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from cdc_sync.sinks.search.backends import SearchBackend
+from cdc_sync.sinks.search.watermarks import WATERMARK_INDEX
 
 PAGE = 1000
 
@@ -43,3 +44,11 @@ def versions(backend: SearchBackend, alias: str, ids: Sequence[str]) -> dict[str
         return {}
     docs = backend.mget(alias, ids)
     return {d["_id"]: int(d["_version"]) for d in docs if d.get("found")}
+
+
+def watermarks(backend: SearchBackend) -> dict[str, int]:
+    """Applied watermarks, topic -> WAL position (empty before the job recorded one)."""
+    return {
+        doc_id: int(source["lsn"])
+        for doc_id, (_, source) in documents(backend, WATERMARK_INDEX).items()
+    }
