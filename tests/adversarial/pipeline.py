@@ -42,7 +42,7 @@ from tests.adversarial.workload import CONNECTOR, MAPPING, TABLES
 from tests.e2e.sinks_state import clean_sinks
 
 MAX_OFFSETS_PER_TRIGGER = 2000
-MAINTAIN_EVERY_BATCHES = 10
+MAINTAIN_EVERY_BATCHES = 3
 STARTED_LINE = "sync job started"  # logged by cdc_sync.job.runner once the query runs
 WAITING_LINE = "waiting for sink"  # logged by cdc_sync.core.retry while a sink does not answer
 PYTHONPATH = os.pathsep.join(

@@ -241,11 +241,11 @@ def test_repair_restores_damaged_sinks_while_the_workload_runs(
     ):
         assert re.search(pattern, repair.stdout), repair.stdout
     assert repair.stdout.rstrip().endswith("converged"), repair.stdout
-    # The job ran its Delta upkeep between batches all along (`--maintain-every`).
-    parent = pipeline.mapping.tables[TableId("adv", "parent")].delta
-    assert parent is not None
-    history = DeltaTable(Path(pipeline.connections.require("warehouse")) / parent.relative_path())
-    assert "OPTIMIZE" in {commit.get("operation") for commit in history.history()}
+    # The job ran its Delta upkeep between batches all along (`--maintain-every`); on tables
+    # this small a MERGE leaves one file, so there may be nothing to compact.
+    logs = [pipeline.job.log, pipeline.root / "state" / "logs" / "job.log"]
+    text = "".join(p.read_text(errors="replace") for p in logs if p.exists())
+    assert "Delta upkeep adv.parent:" in text
     pipeline.wait_converged(timeout_seconds=120)
 
 

@@ -79,9 +79,13 @@ def test_upkeep_report_has_a_line_per_table() -> None:
 
 
 def test_bad_command_line_options_exit_2_naming_the_option(
-    capsys: pytest.CaptureFixture[str],
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from cdc_sync import cli
     from cdc_sync.cli import main
+
+    # The CLI's logging setup would keep this test's captured stderr for later tests.
+    monkeypatch.setattr(cli, "_setup_logging", lambda *_args: None)
 
     mapping = "tests/adversarial/mapping.yaml"
     assert main(["maintain", "--mapping", mapping, "--retention-hours", "1"]) == 2
