@@ -159,10 +159,13 @@ class MappingFile:
             if route.policies.on_tombstone is OnTombstone.DELETE
         )
 
+    def read_tables(self) -> list[TableId]:
+        """The tables whose topics the job reads: the routed ones and the heartbeat table."""
+        return [*self.tables, *([self.heartbeat_table] if self.heartbeat_table else [])]
+
     def topics(self) -> list[str]:
-        """The topics the job reads: the routed tables' and the heartbeat table's."""
-        tables = [*self.tables, *([self.heartbeat_table] if self.heartbeat_table else [])]
-        return sorted(f"{self.topic_prefix}.{table}" for table in tables)
+        """The topics the job reads (`read_tables`)."""
+        return sorted(f"{self.topic_prefix}.{table}" for table in self.read_tables())
 
     def chosen(self, names: Iterable[str], option: str = "--table") -> frozenset[TableId] | None:
         """Routed tables named on a command line (`schema.table`); None when none are named."""

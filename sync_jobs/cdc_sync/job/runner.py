@@ -149,7 +149,8 @@ def catalog_schemas(mapping: MappingFile, connections: Connections) -> KnownSche
     if mapping.schema_source is not SchemaSource.CATALOG:
         return None
     with psycopg.connect(connections.require("pg_url")) as conn:
-        return known_schemas(conn, mapping.tables, converter_modes(mapping))
+        # The heartbeat table's records are parsed too (watermarks), so it needs a schema.
+        return known_schemas(conn, mapping.read_tables(), converter_modes(mapping))
 
 
 def _driver_host(spark: SparkSession) -> str:
