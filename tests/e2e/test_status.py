@@ -93,7 +93,10 @@ def test_status_is_healthy_while_running_and_stopped_after_the_job_stops(
     assert screen.splitlines()[1].startswith("verdict: HEALTHY"), screen
     assert document["verdict"]["health"] == "healthy"
     assert document["job"]["state"] == "running"
-    assert document["waiting"] == 0
+    # Caught up: nothing waits on the routed tables' topics. The heartbeat table's topic gets a
+    # record every second, so a few of those may be between two batches.
+    heartbeat = f"{pipeline.mapping.topic_prefix}.{pipeline.mapping.heartbeat_table}"
+    assert all(p["waiting"] == 0 for p in document["partitions"] if p["topic"] != heartbeat), screen
     assert document["slot"]["exists"] and document["slot"]["active"]
     if connect:
         assert document["capture"]["state"] == "RUNNING"
