@@ -51,6 +51,9 @@ class Pipeline:
             "publication.name": f"{prefix}_pub",
             "notification.sink.topic.name": f"{prefix}.notifications",
             "slot.drop.on.stop": "true",
+            # No heartbeats: their action query commits transactions of its own, which could
+            # stream before the transaction whose race with the snapshot these tests stage.
+            "heartbeat.interval.ms": "0",
         }
         self.capture = CaptureEngine.from_file(
             CONNECTOR, self.connections, root / "capture", overrides
