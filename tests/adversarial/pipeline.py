@@ -186,37 +186,23 @@ class Pipeline:
         job = JobProcess(mapping_path, root / "checkpoints" / "main", env, root / "job.log")
         pg_url = connections.require("pg_url")
         config = connector_config(topic_prefix)
+        runner: Capture
         if capture == "engine":
             connector = root / "connector.json"
             connector.write_text(json.dumps({"name": topic_prefix, "config": config}, indent=2))
-            engine = EngineCapture(connector, root, env, pg_url, config["slot.name"])
-            return cls(
-                connections,
-                root,
-                topic_prefix,
-                mapping_path,
-                load_mapping(mapping_path),
-                job,
-                engine,
-            )
-        if capture == "connect":
-            worker = ConnectCapture(
+            runner = EngineCapture(connector, root, env, pg_url, config["slot.name"])
+        elif capture == "connect":
+            runner = ConnectCapture(
                 {"name": topic_prefix} | config,
                 root / "connect",
                 connections.require("kafka_bootstrap"),
                 connections.kafka_flavor,
                 pg_url,
             )
-            return cls(
-                connections,
-                root,
-                topic_prefix,
-                mapping_path,
-                load_mapping(mapping_path),
-                job,
-                worker,
-            )
-        raise ValueError(f"capture: expected engine or connect, got {capture!r}")
+        else:
+            raise ValueError(f"capture: expected engine or connect, got {capture!r}")
+        mapping = load_mapping(mapping_path)
+        return cls(connections, root, topic_prefix, mapping_path, mapping, job, runner)
 
     # -- capture ------------------------------------------------------------------------------
 
