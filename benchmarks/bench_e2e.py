@@ -110,6 +110,11 @@ def initial_sync(
     }
 
 
+def job_log(run_dir: Path) -> Path:
+    """The job's detailed log (cdc_sync.core.logs): its batch lines carry the stage times."""
+    return run_dir / "state" / "logs" / "job.log"
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     run_dir = Path(args.state_dir).resolve() / f"run-{int(time.time())}"
     stack = LocalStack(run_dir / "stack", broker=args.broker, with_connect=False)
@@ -144,20 +149,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         )
         log.info("initial sync %s", result["initial_sync"])
         services = {s.name: s.pid for s in stack.started()}
+        detail_log = job_log(run_dir)
         workload = MixedWorkload(urls.pg_url, args.customers, args.orders, PROBE_ROWS + 1)
         sampler = Sampler(mapping, connections, PROBE_ROWS)
         result["streaming"] = []
         for rate in args.rates:
             plan = StepPlan(rate, args.step_seconds, args.probe_interval, args.drain_slack,
                             drain_timeout=max(60.0, 2 * args.step_seconds))  # fmt: skip
-            step = run_step(plan, workload, sampler, job.process.pid, services, job.log)
+            step = run_step(plan, workload, sampler, job.process.pid, services, detail_log)
             log.info("step %s: %s", rate, json.dumps(step))
             result["streaming"].append(step)
             if not step["drains"]:
                 break  # higher rates will not drain either
         if args.rss_minutes > 0:
             plan = StepPlan(100, 60 * args.rss_minutes, args.probe_interval, args.drain_slack, 120)
-            step = run_step(plan, workload, sampler, job.process.pid, services, job.log)
+            step = run_step(plan, workload, sampler, job.process.pid, services, detail_log)
             rss = step["job_rss_mb"]
             result["rss_soak"] = {
                 "minutes": args.rss_minutes,
@@ -177,10 +183,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if capture is not None:
             capture.stop()
         stack.stop()
-        if not args.keep_state:  # the job log stays: the JSON points at it
-            for name in ("stack", "warehouse", "checkpoint", "state", "capture"):
+        if not args.keep_state:  # the job logs stay: the JSON points at them
+            for name in ("stack", "warehouse", "checkpoint", "capture"):
                 shutil.rmtree(run_dir / name, ignore_errors=True)
-    result["job_log"] = str(job.log) if job else None
+            for kept in (run_dir / "state").iterdir() if (run_dir / "state").exists() else ():
+                if kept.is_dir() and kept.name != "logs":
+                    shutil.rmtree(kept, ignore_errors=True)
+    result["job_log"] = str(job_log(run_dir)) if job else None
     result["targets"] = targets(result)
     return result
 

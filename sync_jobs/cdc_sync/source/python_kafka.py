@@ -71,6 +71,11 @@ KAFKA_SCHEMA = StructType(
 ARROW_SCHEMA = to_arrow_schema(KAFKA_SCHEMA, timezone="UTC")
 ROWS_PER_ARROW_BATCH = 10_000
 METADATA_TIMEOUT_S = 10.0
+# `Consumer.consume` returns once it holds `num_messages` or after `timeout`: asking for no
+# more than the range still needs returns as soon as the range is read. The timeout only runs
+# out over gaps (compaction, transaction markers), so it is short.
+MESSAGES_PER_POLL = 1000
+POLL_TIMEOUT_S = 0.05
 
 
 class KafkaPartitionRange(InputPartition):
@@ -266,7 +271,8 @@ def consume_range(options: KafkaSourceOptions, span: PartitionRange) -> Iterator
         while next_offset < span.end:
             if time.monotonic() > deadline:
                 raise KafkaRangeUnreachable(span, next_offset, options.fetch_timeout_ms)
-            for message in consumer.consume(num_messages=1000, timeout=0.5):
+            wanted = min(MESSAGES_PER_POLL, span.end - next_offset)
+            for message in consumer.consume(num_messages=wanted, timeout=POLL_TIMEOUT_S):
                 error = message.error()
                 if error is not None:
                     if error.code() == KafkaError._PARTITION_EOF:

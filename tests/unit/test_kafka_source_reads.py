@@ -1,0 +1,79 @@
+"""How a range is read: never wait on the poll timeout for records the range does not need.
+
+`Consumer.consume(num_messages=N, timeout=T)` returns once it holds N messages or after T. The
+reader once asked for 1,000 whatever the range held, so every task of every micro-batch waited
+the whole timeout (0.5 s then) for records that were never coming: the floor of the job's
+freshness. A recording consumer (no broker) shows what the reader asks for."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from cdc_sync.source import python_kafka
+from cdc_sync.source.offsets import PartitionRange
+from cdc_sync.source.options import parse_options
+
+pytestmark = pytest.mark.unit
+
+
+@dataclass
+class Record:
+    at: int
+
+    def error(self) -> None:
+        return None
+
+    def offset(self) -> int:
+        return self.at
+
+    def key(self) -> bytes:
+        return str(self.at).encode()
+
+    def value(self) -> bytes:
+        return b"v"
+
+    def timestamp(self) -> tuple[int, int]:
+        return (1, 1_700_000_000_000)
+
+
+@dataclass
+class RecordingConsumer:
+    """A partition holding offsets [0, high), handed out as consume() asks."""
+
+    high: int
+    asked: list[int] = field(default_factory=list)
+    position: int = 0
+
+    def get_watermark_offsets(self, *_: Any, **__: Any) -> tuple[int, int]:
+        return (0, self.high)
+
+    def assign(self, partitions: list[Any]) -> None:
+        self.position = partitions[0].offset
+
+    def consume(self, num_messages: int, timeout: float) -> list[Record]:
+        self.asked.append(num_messages)
+        taken = list(range(self.position, min(self.high, self.position + num_messages)))
+        self.position += len(taken)
+        return [Record(at) for at in taken]
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize(("start", "end"), [(0, 1), (10, 310), (0, 2500)])
+def test_the_reader_asks_for_no_more_records_than_the_range_still_needs(
+    monkeypatch: pytest.MonkeyPatch, start: int, end: int
+) -> None:
+    consumer = RecordingConsumer(high=5000)  # more records wait past the range's end
+    monkeypatch.setattr(python_kafka, "_consumer", lambda *_, **__: consumer)
+    options = parse_options({"kafka.bootstrap.servers": "127.0.0.1:9", "subscribe": "t"})
+
+    read = list(python_kafka.consume_range(options, PartitionRange("t", 0, start, end)))
+
+    assert [message.offset() for message in read] == list(range(start, end))
+    needed = end - start
+    assert consumer.asked[0] == min(needed, python_kafka.MESSAGES_PER_POLL)
+    assert sum(consumer.asked) == needed  # so no call waits out its timeout
