@@ -11,6 +11,7 @@ import argparse
 import logging
 import signal
 import sys
+import threading
 from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
@@ -33,6 +34,8 @@ console = logging.getLogger(CONSOLE)  # shown on the console without -v
 
 # Commands that run for long and log a lot keep a log file under <state dir>/logs.
 LOGGED_COMMANDS = ("run", "demo", "capture")
+# How often `run` looks whether a stop signal came while it waits for the query.
+STOP_POLL_SECONDS = 1
 
 
 def _setup_logging(verbose: bool, command: str | None) -> None:
@@ -66,6 +69,11 @@ def job_options(args: argparse.Namespace, defaults: JobOptions) -> JobOptions:
         metrics_port=args.metrics_port,
         metrics_host=args.metrics_host or defaults.metrics_host,
         maintain_every_batches=args.maintain_every or defaults.maintain_every_batches,
+        driver_batch_max_records=(
+            defaults.driver_batch_max_records
+            if args.driver_batch_records is None
+            else args.driver_batch_records
+        ),
     )
 
 
@@ -98,14 +106,19 @@ def cmd_run(args: argparse.Namespace) -> int:
             job.drain()
             return 0
         query = job.start()
+        # The handler only flags the stop: it runs on the main thread, which may be inside a
+        # py4j call, and a py4j call from there fails ("reentrant call"), leaving the query up.
+        stopping = threading.Event()
 
         def stop(_signum: int, _frame: FrameType | None) -> None:
-            console.info("stopping the sync job (the current batch finishes first)")
-            query.stop()
+            stopping.set()
 
         signal.signal(signal.SIGINT, stop)
         signal.signal(signal.SIGTERM, stop)
-        query.awaitTermination()
+        while not query.awaitTermination(STOP_POLL_SECONDS):
+            if stopping.is_set():
+                console.info("stopping the sync job (the current batch finishes first)")
+                query.stop()
         return 0
     finally:
         job.close()
@@ -370,6 +383,14 @@ def build_parser() -> argparse.ArgumentParser:
         type=_non_negative,
         help="records per micro-batch at most, also under --available-now "
         "(default: the job's bound, JobOptions.max_offsets_per_trigger; 0 = unbounded)",
+    )
+    run.add_argument(
+        "--driver-batch-records",
+        type=_non_negative,
+        metavar="N",
+        help="micro-batches of at most N records are decoded and written by the driver alone, "
+        "skipping two Spark jobs' fixed cost (freshness); larger ones run on the executors "
+        "(default: JobOptions.driver_batch_max_records; 0 = every batch on the executors)",
     )
     run.add_argument(
         "--no-fail-on-data-loss",

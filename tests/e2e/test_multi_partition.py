@@ -45,7 +45,15 @@ def pipeline(services: Services, tmp_path_factory: pytest.TempPathFactory) -> It
             yield harness
 
 
-def test_four_partitions_keep_per_key_order_and_fencing(pipeline: SyncHarness) -> None:
+# Where the batches run (job.batch_phases): Spark tasks, or the driver for small batches. Both
+# must leave the same sinks; the driver reads the partitions one after the other.
+PATHS = {"executors": 0, "driver": 100_000}
+
+
+@pytest.mark.parametrize("path", sorted(PATHS))
+def test_four_partitions_keep_per_key_order_and_fencing(pipeline: SyncHarness, path: str) -> None:
+    pipeline.stop()
+    pipeline.start(driver_batch_max_records=PATHS[path])
     topic = f"{pipeline.mapping.topic_prefix}.shop.customers"
     bootstrap = pipeline.connections.require("kafka_bootstrap")
     admin = AdminClient(admin_config(bootstrap))
@@ -56,9 +64,9 @@ def test_four_partitions_keep_per_key_order_and_fencing(pipeline: SyncHarness) -
             row[0]
             for row in conn.execute(
                 "INSERT INTO shop.customers (email, full_name) "
-                "SELECT 'mp' || n || '@example.com', 'Customer ' || n "
+                "SELECT %s || n || '@example.com', 'Customer ' || n "
                 "FROM generate_series(1, %s) AS n RETURNING id",
-                (KEYS,),
+                (f"mp-{path}-", KEYS),
             ).fetchall()
         ]
         for round_ in range(6):  # many updates per key, spread over micro-batches
@@ -73,8 +81,8 @@ def test_four_partitions_keep_per_key_order_and_fencing(pipeline: SyncHarness) -
             conn.execute("DELETE FROM shop.customers WHERE id = %s", (ids[1],))
             conn.execute(
                 "INSERT INTO shop.customers (id, email, full_name, tier) "
-                "VALUES (%s, 'reborn@example.com', 'Reborn', 'reborn')",
-                (ids[1],),
+                "VALUES (%s, %s, 'Reborn', 'reborn')",
+                (ids[1], f"reborn-{path}@example.com"),
             )
         conn.execute("DELETE FROM shop.customers WHERE id = ANY(%s)", (ids[2:6],))
         time.sleep(0.6)  # the deletes and the re-inserts land in different batches
@@ -92,6 +100,9 @@ def test_four_partitions_keep_per_key_order_and_fencing(pipeline: SyncHarness) -
     spread = {partition for batch in history for (t, partition) in batch.offsets if t == topic}
     assert len(spread) > 1, f"every record landed on partitions {spread}: nothing was parallel"
     assert any(len({p for (t, p) in batch.offsets if t == topic}) > 1 for batch in history)
+    # Batch 0 always runs on the executors: its start offsets are in no offset log.
+    ran_on = {(batch.batch_id, batch.ran_on) for batch in history if batch.changes}
+    assert {where for batch_id, where in ran_on if batch_id > 0} == {path}, ran_on
 
     # Fencing across partitions: a fresh checkpoint replays all 4 partitions from offset 0
     # (every older version of every key) onto the converged sinks, and changes nothing.
@@ -101,3 +112,4 @@ def test_four_partitions_keep_per_key_order_and_fencing(pipeline: SyncHarness) -
     after = all_sinks_state(pipeline.mapping, pipeline.connections)
     assert [name for name in before if before[name] != after[name]] == []
     pipeline.wait_converged(timeout_seconds=30)
+    pipeline.start()  # the module's pipeline runs on for the next case

@@ -56,6 +56,7 @@ class BatchMetrics:
     malformed: int = 0
     dead_lettered: int = 0
     unavailable_gone: int = 0  # placeholders of rows deleted since: left out (job.unavailable)
+    ran_on: str = "executors"  # or "driver": where decode and writes ran (job.batch_phases)
     sinks: dict[str, WriteResult] = field(default_factory=dict)
     seconds: float = 0.0
     # Seconds per stage, so a slow stage shows without a profiler (job.stream sets the Spark
@@ -93,7 +94,7 @@ class BatchMetrics:
             f"batch {self.batch_id}: records={self.records} changes={self.changes} "
             f"compacted={self.compacted} tombstones={self.tombstones} malformed={self.malformed} "
             f"dead_lettered={self.dead_lettered} unavailable_gone={self.unavailable_gone} "
-            f"{per_sink} in {self.seconds:.2f}s "
+            f"ran_on={self.ran_on} {per_sink} in {self.seconds:.2f}s "
             f"({' '.join(f'{name}:{took:.2f}s' for name, took in self.stages.items())})"
         )
 
@@ -195,12 +196,14 @@ class BatchApplier:
         stage_seconds: dict[str, float] | None = None,
         offsets: dict[tuple[str, int], int] | None = None,
         commit_bound: int | None = None,
+        ran_on: str = "executors",
     ) -> BatchPlan:
         """Before the writes: rejected records meet their policies, and each routed table's
         newest schema (`table_schemas`) meets `on_schema_change`; targets evolve here, on the
         driver, so no write runs against a target that lacks a column."""
         started = time.monotonic()
         metrics = BatchMetrics(batch_id, records=records, changes=changes, compacted=compacted)
+        metrics.ran_on = ran_on
         metrics.stages.update(stage_seconds or {})
         metrics.offsets.update(offsets or {})
         metrics.commit_bound = commit_bound  # the batch's highest, heartbeats included

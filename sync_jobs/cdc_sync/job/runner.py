@@ -24,6 +24,7 @@ from cdc_sync.core.retry import (
 from cdc_sync.core.settings import Connections, state_dir
 from cdc_sync.debezium.connector import load_connector
 from cdc_sync.job.applier import BatchApplier, BatchObserver
+from cdc_sync.job.batch_phases import SmallBatches
 from cdc_sync.job.checkpoint import default_checkpoint_dir, processed_offsets
 from cdc_sync.job.console import BatchLine, SnapshotProgress, catalog_estimates
 from cdc_sync.job.dead_letter import DeadLetterWriter
@@ -35,6 +36,7 @@ from cdc_sync.job.metrics_export import (
     ConnectorStatus,
     MetricsEndpoint,
 )
+from cdc_sync.job.query_progress import ProgressLog
 from cdc_sync.job.schema_store import FileSchemaStore
 from cdc_sync.job.status_file import StatusRecorder
 from cdc_sync.job.stream import MicroBatchProcessor
@@ -47,14 +49,18 @@ from cdc_sync.sinks.base import Sink
 from cdc_sync.sinks.delta import DeltaSink
 from cdc_sync.sinks.delta.maintenance import EveryNBatches, UpkeepOptions, maintain_route
 from cdc_sync.sinks.delta.spark_client import DeltaSparkWriter, delta_spark_available
-from cdc_sync.source import kafka_stream
+from cdc_sync.source import kafka_stream, stream_options
 from cdc_sync.source.end_offsets import EndOffsets
+from cdc_sync.source.options import parse_options
 
 log = logging.getLogger(__name__)
 
 # Records per micro-batch at most: after an outage one batch would otherwise hold the whole
 # backlog in memory (83,772 records were seen in one). ~20k keeps a batch within seconds.
 DEFAULT_MAX_OFFSETS_PER_TRIGGER = 20_000
+# Up to here a batch is written faster by the driver alone than by two Spark jobs on this
+# build machine (`make bench`); streaming at hundreds of changes a second stays below it.
+DEFAULT_DRIVER_BATCH_MAX_RECORDS = 2_000
 
 
 @dataclass(frozen=True)
@@ -81,6 +87,9 @@ class JobOptions:
     snapshot_progress: bool | None = None
     # Delta upkeep (compact, vacuum, prune tombstones) after every N-th batch; None: off.
     maintain_every_batches: int | None = None
+    # Batches of at most this many records run on the driver, without Spark jobs (a Spark
+    # job's fixed cost dominates a small batch: job.batch_phases); 0: always on the executors.
+    driver_batch_max_records: int = DEFAULT_DRIVER_BATCH_MAX_RECORDS
 
     def sink_retry(self, observer: RetryObserver | None = None) -> RetryPolicy:
         """The retry policy every sink writes under, reporting to `observer`."""
@@ -111,6 +120,24 @@ def job_stream(
         topics=topics,
         max_offsets_per_trigger=options.max_offsets_per_trigger,
         fail_on_data_loss=options.fail_on_data_loss,
+    )
+
+
+def small_batches(
+    options: JobOptions, *, bootstrap: str, flavor: str, topics: list[str]
+) -> SmallBatches | None:
+    """The driver's reader for small batches, with the stream's own source options."""
+    if options.driver_batch_max_records <= 0:
+        return None
+    source = stream_options(
+        bootstrap=bootstrap,
+        flavor=flavor,
+        topics=topics,
+        max_offsets_per_trigger=options.max_offsets_per_trigger,
+        fail_on_data_loss=options.fail_on_data_loss,
+    )
+    return SmallBatches(
+        parse_options(source), options.checkpoint_dir, options.driver_batch_max_records
     )
 
 
@@ -241,9 +268,17 @@ class SyncJob:
             self.driver_sinks,
             catalog_schemas(mapping, connections),
             FileVersionFloors.beside_checkpoint(options.checkpoint_dir),
+            small_batches(
+                options,
+                bootstrap=connections.require("kafka_bootstrap"),
+                flavor=connections.kafka_flavor,
+                topics=mapping.topics(),
+            ),
         )
         every = options.maintain_every_batches
         self.upkeep = EveryNBatches(every, self.maintain) if every else None
+        # Spark's phases of each batch (offsets, planning, logs) beside the job's batch line.
+        spark.streams.addListener(ProgressLog())
 
     def start(self, available_now: bool = False) -> StreamingQuery:
         if self.metrics is not None and self.metrics_port is None:
@@ -318,6 +353,8 @@ class SyncJob:
         self.dead_letters.close()
         self.relay.close()
         self.watermarks.close()
+        if self.processor.small is not None:
+            self.processor.small.close()
 
 
 def snapshot_progress(

@@ -7,7 +7,7 @@ partition (the `cdc_kafka` source plans one range per topic-partition; the built
 does too unless `minPartitions` / `maxRecordsPerPartition` split it, which the job never sets).
 So each task folds its keys completely, in Kafka order, and writes them.
 
-Two Spark jobs per batch over the persisted decoded partitions:
+Two phases per batch (`job.batch_phases`: Spark jobs, or on the driver for small batches):
 1. decode + fold (`decode.decode_and_fold`); the driver collects only the side rows (rejected
    records, per-table schemas, counts, offsets) and settles policies, schema changes and
    targets (`BatchApplier.begin`) before anything is written;
@@ -26,14 +26,12 @@ from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
-from pyspark import StorageLevel
 from pyspark.sql import DataFrame
-from pyspark.sql.pandas.types import from_arrow_schema
 
 from cdc_sync.core.model import Coordinates, KnownSchemas, TableId
 from cdc_sync.job.applier import BatchApplier, BatchMetrics, Rejected
+from cdc_sync.job.batch_phases import SmallBatches, SparkPhases
 from cdc_sync.job.decode import (
-    FOLDED_SCHEMA,
     KIND_CHANGE,
     KIND_STATS,
     KIND_TABLE,
@@ -43,19 +41,10 @@ from cdc_sync.job.decode import (
 from cdc_sync.job.schema_changes import SchemaState
 from cdc_sync.job.table_writes import TableWrite
 from cdc_sync.job.task_sinks import TaskSinkSpec
-from cdc_sync.job.task_writes import (
-    WRITE_COLUMNS,
-    WRITES_SCHEMA,
-    WritePlan,
-    load_writes,
-    write_partition,
-)
+from cdc_sync.job.task_writes import WritePlan
 from cdc_sync.job.version_floors import FileVersionFloors, Floors, StoredFloors, raised
 from cdc_sync.schema import RowSchema
 from cdc_sync.sinks.base import Sink
-
-FOLDED_SPARK = from_arrow_schema(FOLDED_SCHEMA)  # one schema: decode.py's Arrow one
-WRITES_SPARK = from_arrow_schema(WRITES_SCHEMA)
 
 
 class MicroBatchProcessor:
@@ -71,6 +60,7 @@ class MicroBatchProcessor:
         driver_sinks: Sequence[Sink] = (),
         known: KnownSchemas | None = None,
         floors_store: FileVersionFloors | None = None,
+        small: SmallBatches | None = None,
     ) -> None:
         self.applier = applier
         self.spec = spec
@@ -80,27 +70,25 @@ class MicroBatchProcessor:
         # Highest version per partition so far (job.version_floors), kept beside the checkpoint.
         self.floors_store = floors_store
         self.floors = floors_store.load() if floors_store is not None else StoredFloors()
+        # Which batches run on the driver (batch_phases); None: every batch on the executors.
+        self.small = small
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         self.process(batch, batch_id)
 
     def process(self, batch: DataFrame, batch_id: int) -> BatchMetrics:
         floors = self.floors.for_batch(batch_id)
-        folded = batch.select("key", "value", "topic", "partition", "offset").mapInArrow(
-            partial(
-                decode_and_fold,
-                known=self.known,
-                tombstone_deletes=self.tombstone_deletes,
-                floors=floors,
-            ),
-            FOLDED_SPARK,
+        decode_fold = partial(
+            decode_and_fold,
+            known=self.known,
+            tombstone_deletes=self.tombstone_deletes,
+            floors=floors,
         )
-        folded = folded.persist(StorageLevel.MEMORY_AND_DISK)
+        phases = self.small.phases(batch, batch_id) if self.small else SparkPhases(batch)
         try:
-            started = time.monotonic()  # read, decode and fold: the first action runs all three
-            side = folded.where(f"kind != '{KIND_CHANGE}'").drop("change").toArrow().to_pylist()
+            started = time.monotonic()  # read, decode and fold: the first phase runs all three
+            summary = SideRows(phases.decode(decode_fold))
             stages = {"decode": time.monotonic() - started}
-            summary = SideRows(side)
             plan = self.applier.begin(
                 batch_id,
                 records=sum(summary.counts.values()),
@@ -112,14 +100,15 @@ class MicroBatchProcessor:
                 stage_seconds=stages,
                 offsets=summary.offsets,
                 commit_bound=summary.commit_bound,
+                ran_on=phases.ran_on,
             )
             tasks: list[list[TableWrite]] = []
             if plan.schemas:
                 started = time.monotonic()
-                tasks = self._write(folded, plan.schemas)
+                tasks = phases.write(self._write_plan(plan.schemas))
                 stages["write"] = time.monotonic() - started
         finally:
-            folded.unpersist()
+            phases.close()
         metrics = self.applier.finish(
             plan,
             [written for task in tasks for written in task],
@@ -137,22 +126,12 @@ class MicroBatchProcessor:
         if self.floors_store is not None:
             self.floors_store.save(self.floors)
 
-    def _write(
-        self, folded: DataFrame, schemas: dict[TableId, SchemaState]
-    ) -> list[list[TableWrite]]:
+    def _write_plan(self, schemas: dict[TableId, SchemaState]) -> WritePlan:
         routes = {
             str(table): (self.applier.mapping.tables[table], state)
             for table, state in schemas.items()
         }
-        plan = WritePlan(routes, self.spec, defer=bool(self.driver_sinks))
-        rows = (
-            folded.where(f"kind = '{KIND_CHANGE}'")
-            .select(*WRITE_COLUMNS)
-            .mapInArrow(partial(write_partition, plan=plan), WRITES_SPARK)
-            .toArrow()
-            .to_pylist()
-        )
-        return load_writes(rows)
+        return WritePlan(routes, self.spec, defer=bool(self.driver_sinks))
 
 
 def _task_seconds(tasks: list[list[TableWrite]]) -> dict[str, float]:
