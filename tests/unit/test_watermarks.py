@@ -176,6 +176,8 @@ def test_heartbeats_advance_the_watermark_in_every_sink_without_being_written(
         offsets={HEARTBEATS: 0},
     )  # fmt: skip
     assert metrics.commit_bound == 5_120
+    assert observer.flush(10)  # recorded on the observer's own thread
+    observer.close()
     assert sink.applied == []
     assert sink.watermarks == [({"cdc.shop.products": route}, 5_120)]
     assert observer.watermark == 5_120
@@ -187,9 +189,12 @@ def test_without_the_offset_log_an_unread_partition_holds_the_watermark_back() -
     observer = WatermarkObserver(mapping, [sink], FixedEnds({HEARTBEATS: 1, PRODUCTS: 4}), None)
     metrics = BatchMetrics(0, offsets={HEARTBEATS: 0}, commit_bound=5_120)
     observer(metrics)
+    assert observer.flush(10)
     assert sink.watermarks == []
     observer(BatchMetrics(1, offsets={PRODUCTS: 3}))
+    assert observer.flush(10)
     assert [position for _, position in sink.watermarks] == [5_120]
+    observer.close()
 
 
 def test_stored_forms_name_the_topic_and_carry_the_position_as_version() -> None:

@@ -246,7 +246,8 @@ class SyncJob:
         self.progress = snapshot_progress(mapping, connections, options)
         # The progress view first: its summary line precedes the batch line that ended it.
         console = ([self.progress] if self.progress else []) + [BatchLine()]
-        # Read-your-writes: the applied watermark, recorded in every sink after each batch.
+        # Read-your-writes: the applied watermark, recorded in every sink after each batch, on
+        # its own thread (the next batch does not wait for it).
         self.watermarks = WatermarkObserver(
             mapping,
             self.sinks,
@@ -343,6 +344,7 @@ class SyncJob:
         return self.health.status()
 
     def close(self) -> None:
+        self.watermarks.close()  # first: it records the last watermark through the sinks
         if self.metrics is not None:
             self.metrics.close()
         if self.progress is not None:
@@ -352,7 +354,6 @@ class SyncJob:
             sink.close()
         self.dead_letters.close()
         self.relay.close()
-        self.watermarks.close()
         if self.processor.small is not None:
             self.processor.small.close()
 

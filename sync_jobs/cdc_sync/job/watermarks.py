@@ -1,5 +1,6 @@
 """Batch observer: advance the applied watermark (`job.watermark_rule`) and record it in every
-sink, once every sink applied the batch and before Spark commits its offsets.
+sink, once every sink applied the batch. The rule and the writes run on a background thread
+(`job.watermark_writer`), so they never delay the next micro-batch.
 
 What it records is a promise to applications (`cdc-sync wait`): every transaction whose commit
 ends at or before the stored position is in that sink. Each sink keeps it per topic and only
@@ -15,15 +16,17 @@ from typing import Protocol
 
 from confluent_kafka import KafkaException
 
-from cdc_sync.core.lsn import format_lsn
 from cdc_sync.job.applier import BatchMetrics
-from cdc_sync.job.watermark_rule import WatermarkRule
+from cdc_sync.job.watermark_writer import Observation, WatermarkWriter
 from cdc_sync.mapping import MappingFile
 from cdc_sync.sinks.base import Sink
 from cdc_sync.source.checkpoint import batch_end_offsets
 from cdc_sync.source.offsets import PartitionOffsets
 
 log = logging.getLogger(__name__)
+
+# How long stopping the job waits for the last watermark write.
+CLOSE_SECONDS = 10.0
 
 
 class EndOffsetReader(Protocol):
@@ -46,24 +49,24 @@ class WatermarkObserver:
         self.routes = {
             f"{mapping.topic_prefix}.{table}": route for table, route in mapping.tables.items()
         }
-        self.rule = WatermarkRule()
+        self.writer = WatermarkWriter(self.sinks, self.routes, self._broker_ends)
 
     @property
     def watermark(self) -> int | None:
-        """The applied watermark (a WAL position) this job last recorded; None before one."""
-        return self.rule.watermark
+        """The applied watermark (a WAL position) this job last recorded in every sink; None
+        before one. It trails the batches: `flush` waits for it."""
+        return self.writer.recorded
 
     def __call__(self, metrics: BatchMetrics) -> None:
-        candidate = metrics.commit_bound
-        broker = (
-            self._broker_ends() if candidate is not None and self.rule.advances(candidate) else None
-        )
-        advanced = self.rule.observe(candidate, self._processed(metrics), broker)
-        if advanced is None:
-            return
-        for sink in self.sinks:
-            sink.record_watermark(self.routes, advanced)
-        log.debug("batch %d: applied watermark %s", metrics.batch_id, format_lsn(advanced))
+        # The processed offsets are taken now, from this batch's metrics and its offset log
+        # entry (Spark purges old entries); the rest happens on the writer's thread.
+        processed = self._processed(metrics)
+        self.writer.submit(Observation(metrics.batch_id, metrics.commit_bound, processed))
+
+    def flush(self, timeout_seconds: float) -> bool:
+        """Wait until every batch observed so far is evaluated and the watermark it gave is
+        recorded in every sink; False when `timeout_seconds` passed first."""
+        return self.writer.flush(timeout_seconds)
 
     def _processed(self, metrics: BatchMetrics) -> PartitionOffsets:
         """Next offset to read per partition after this batch: the checkpoint's end offsets
@@ -82,10 +85,12 @@ class WatermarkObserver:
         try:
             return self.end_offsets.of(self.topics)
         except KafkaException as exc:
-            # Skipping one candidate only delays the watermark; failing the batch would stop
-            # the sync over a bookkeeping read.
+            # Skipping a candidate only delays the watermark; the sync goes on regardless.
             log.warning("end offsets unavailable (%s): watermark candidate skipped", exc)
             return None
 
-    def close(self) -> None:
-        self.end_offsets.close()
+    def close(self, timeout_seconds: float = CLOSE_SECONDS) -> None:
+        """Record the pending watermark (bounded), stop the thread, close the end-offset reader.
+        Call before the sinks close."""
+        if self.writer.close(timeout_seconds):
+            self.end_offsets.close()  # else the thread may still read it; it dies with the job
