@@ -12,6 +12,7 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +27,9 @@ from cdc_sync.schema import RowSchema
 from cdc_sync.sinks.base import Sink, WriteResult
 
 log = logging.getLogger(__name__)
+
+# Tables committed at once by the driver's sinks (Delta): IO and Rust work, mostly off the GIL.
+PARALLEL_COMMITS = 4
 
 
 class PolicyViolation(RuntimeError):
@@ -136,7 +140,8 @@ class BatchApplier:
         self.schemas = SchemaTracker(mapping, schema_store)
         self.history: list[BatchMetrics] = []
         # Called with each batch's metrics once every sink acknowledged it (before Spark commits
-        # its offsets): metrics, watermarks, status. An observer that raises fails the batch.
+        # its offsets): metrics, watermarks (handed to their own thread), status. An observer
+        # that raises fails the batch.
         self.observers: list[BatchObserver] = list(observers)
 
     def apply(
@@ -239,6 +244,11 @@ class BatchApplier:
         for written in writes:
             by_table[written.table].append(written)
         letters = list(plan.letters)
+        deferred = {
+            table: [change for written in shares for change in written.deferred]
+            for table, shares in by_table.items()
+        }
+        committed = self._commit(driver_sinks, deferred, metrics)
         for table, shares in sorted(by_table.items()):
             route = self.mapping.tables[table]
             results: dict[str, WriteResult] = {}
@@ -249,11 +259,8 @@ class BatchApplier:
                 for name, result in written.results.items():
                     results[name] = results.get(name, WriteResult()).merge(result)
             letters += self._refused(route, results)
-            deferred = [change for written in shares for change in written.deferred]
-            for sink in driver_sinks:  # once per table and batch (a Delta commit)
-                sink_started = time.monotonic()
-                result = sink.apply(route, deferred)
-                metrics.timed(sink.name, sink_started)
+            for sink in driver_sinks:
+                result = committed[(table, sink.name)]
                 letters += self._refused(route, {sink.name: result})
                 results[sink.name] = result
             for name, result in results.items():
@@ -275,6 +282,32 @@ class BatchApplier:
         for observe in self.observers:
             observe(metrics)
         return metrics
+
+    def _commit(
+        self,
+        driver_sinks: Sequence[Sink],
+        deferred: dict[TableId, list[Change]],
+        metrics: BatchMetrics,
+    ) -> dict[tuple[TableId, str], WriteResult]:
+        """Each sink's commit of each table (once per table and batch: a Delta commit), the
+        tables in parallel: they are distinct Delta tables and deltalake commits outside the
+        GIL, so the batch waits for the slowest table rather than for their sum. A commit that
+        raises fails the batch once the others have ended."""
+        jobs = [(table, sink) for table in sorted(deferred) for sink in driver_sinks]
+        if not jobs:
+            return {}
+        started = time.monotonic()
+        with ThreadPoolExecutor(min(len(jobs), PARALLEL_COMMITS), "cdc-sync-commit") as pool:
+            futures = {
+                (table, sink.name): pool.submit(
+                    sink.apply, self.mapping.tables[table], deferred[table]
+                )
+                for table, sink in jobs
+            }
+            committed = {key: future.result() for key, future in futures.items()}
+        for sink in driver_sinks:
+            metrics.timed(sink.name, started)
+        return committed
 
     def _refused(self, route: TableRoute, results: dict[str, WriteResult]) -> list[DeadLetter]:
         """Records the sinks refused: the batch fails under `on_malformed: fail`, else their

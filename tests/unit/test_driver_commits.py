@@ -1,0 +1,71 @@
+"""The driver's once-per-table commits (Delta) of one batch run side by side, not one after the
+other: a batch then waits for its slowest table, not for the sum of its tables."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Mapping, Sequence
+
+import pytest
+
+from cdc_sync.core.model import Change, TableId
+from cdc_sync.job.applier import BatchApplier, BatchMetrics
+from cdc_sync.mapping import TableRoute
+from cdc_sync.schema import RowSchema
+from cdc_sync.sinks.base import WriteResult
+from tests.changes import mapping_of, products_route
+
+pytestmark = pytest.mark.unit
+
+TABLES = [TableId("shop", name) for name in ("customers", "orders", "products")]
+
+
+class MeetingSink:
+    """Each table's commit waits until every table's commit has started: only commits that
+    run at the same time get past the barrier."""
+
+    name = "delta"
+
+    def __init__(self, tables: int) -> None:
+        self.barrier = threading.Barrier(tables, timeout=5)
+
+    def ensure_target(self, route: TableRoute, schema: RowSchema | None) -> None:
+        return None
+
+    def apply(self, route: TableRoute, changes: Sequence[Change]) -> WriteResult:
+        self.barrier.wait()
+        return WriteResult(applied=len(changes))
+
+    def record_watermark(self, routes: Mapping[str, TableRoute], position: int) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+
+class FailingSink(MeetingSink):
+    def apply(self, route: TableRoute, changes: Sequence[Change]) -> WriteResult:
+        super().apply(route, changes)
+        if route.table == TABLES[1]:
+            raise OSError("disk full")
+        return WriteResult()
+
+
+def applier() -> BatchApplier:
+    routes = [dataclasses.replace(products_route(), table=table) for table in TABLES]
+    return BatchApplier(mapping_of(*routes), [], None)
+
+
+def test_the_tables_of_a_batch_commit_at_the_same_time() -> None:
+    sink = MeetingSink(len(TABLES))
+    committed = applier()._commit([sink], {t: [] for t in TABLES}, BatchMetrics(1))
+    assert sorted(committed) == [(t, "delta") for t in TABLES]
+    assert not sink.barrier.broken
+
+
+def test_a_failed_commit_fails_the_batch_after_the_others_ended() -> None:
+    sink = FailingSink(len(TABLES))
+    with pytest.raises(OSError, match="disk full"):
+        applier()._commit([sink], {t: [] for t in TABLES}, BatchMetrics(1))
+    assert sink.barrier.n_waiting == 0  # no commit left running
