@@ -72,7 +72,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="then run 100 changes/s this long and report the RSS drift (issue 9: 30)",
     )
     parser.add_argument("--broker", default="tansu", choices=("tansu", "noida"))
-    parser.add_argument("--trigger-seconds", type=float, default=0.5)
+    parser.add_argument(
+        "--trigger-seconds", type=float, help="the job's trigger (default: the job's own)"
+    )
     parser.add_argument(
         "--job-arg",
         action="append",
@@ -138,7 +140,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "rows_per_second": {k: round(v, 1) for k, v in rates.per_sink.items()},
         }
         log.info("raw rates %s", result["raw"])
-        job_args = ["--trigger-seconds", str(args.trigger_seconds), *args.job_arg]
+        trigger = (
+            [] if args.trigger_seconds is None else ["--trigger-seconds", str(args.trigger_seconds)]
+        )
+        job_args = [*trigger, *args.job_arg]
         job = start_job(connections, run_dir, job_args)
         assert job.process is not None
         counter = SinkCounter(mapping, connections)

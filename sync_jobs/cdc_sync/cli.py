@@ -58,7 +58,9 @@ def job_options(args: argparse.Namespace, defaults: JobOptions) -> JobOptions:
     return replace(
         defaults,
         checkpoint_dir=Path(args.checkpoint) if args.checkpoint else defaults.checkpoint_dir,
-        trigger_seconds=args.trigger_seconds,
+        trigger_seconds=(
+            defaults.trigger_seconds if args.trigger_seconds is None else args.trigger_seconds
+        ),
         max_offsets_per_trigger=limit,
         fail_on_data_loss=args.fail_on_data_loss,
         sink_retry_horizon_seconds=(
@@ -377,7 +379,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--checkpoint", help="checkpoint dir (default .cdc-sync/checkpoints/<mapping>)"
     )
-    run.add_argument("--trigger-seconds", type=float, default=1.0)
+    run.add_argument(
+        "--trigger-seconds",
+        type=_positive_seconds,
+        help="start a micro-batch at most this often (default: JobOptions.trigger_seconds)",
+    )
     run.add_argument(
         "--max-offsets-per-trigger",
         type=_non_negative,

@@ -79,11 +79,6 @@ class DemoServices:
         assert self.connections is not None
         self.spark = build_spark("cdc-sync-demo", jvm_log=log_settings().jvm_log)
         options = JobOptions.defaults(mapping, self.connections)
-        options = JobOptions(
-            checkpoint_dir=options.checkpoint_dir,
-            warehouse=options.warehouse,
-            trigger_seconds=0.5,
-        )
         self.job = SyncJob(self.spark, mapping, self.connections, options)
         self.query = self.job.start()
 

@@ -58,6 +58,7 @@ log = logging.getLogger(__name__)
 # Records per micro-batch at most: after an outage one batch would otherwise hold the whole
 # backlog in memory (83,772 records were seen in one). ~20k keeps a batch within seconds.
 DEFAULT_MAX_OFFSETS_PER_TRIGGER = 20_000
+DEFAULT_TRIGGER_SECONDS = 0.25
 # Up to here a batch is written faster by the driver alone than by two Spark jobs on this
 # build machine (`make bench`); streaming at hundreds of changes a second stays below it.
 DEFAULT_DRIVER_BATCH_MAX_RECORDS = 2_000
@@ -67,7 +68,10 @@ DEFAULT_DRIVER_BATCH_MAX_RECORDS = 2_000
 class JobOptions:
     checkpoint_dir: Path
     warehouse: Path
-    trigger_seconds: float = 1.0
+    # A micro-batch starts this often at most (back to back when one takes longer); a change
+    # waits half of it on average before its batch starts. An idle trigger asks the broker for
+    # its end offsets, a few milliseconds.
+    trigger_seconds: float = DEFAULT_TRIGGER_SECONDS
     max_offsets_per_trigger: int | None = DEFAULT_MAX_OFFSETS_PER_TRIGGER  # None: unbounded
     # Checkpoint offsets the broker no longer has (topic re-created, retention): fail (default)
     # or warn and continue from the partition's low watermark. The source's failOnDataLoss.
