@@ -67,6 +67,12 @@ BATCH_LINE = re.compile(
     r"batch (?P<batch>\d+): records=(?P<records>\d+) .* in (?P<seconds>[\d.]+)s \((?P<stages>.*)\)$"
 )
 STAGE = re.compile(r"(\w+):([\d.]+)s")
+# cdc_sync.job.query_progress.progress_line: Spark's phases of the same batch, in milliseconds.
+SPARK_LINE = re.compile(
+    r"INFO cdc_sync\.job\.query_progress: batch (?P<batch>\d+): spark (?P<total>\d+)ms "
+    r"\((?P<phases>.*)\)"
+)
+SPARK_PHASE = re.compile(r"(\w+):(\d+)ms")
 
 
 @dataclass(frozen=True)
@@ -78,12 +84,27 @@ class BatchLine:
     stages: dict[str, float]
 
 
+def spark_overheads(text: str) -> dict[int, float]:
+    """Per batch, the seconds Spark spent outside `foreachBatch` (end offsets, planning, offset
+    and commit logs): the part of a batch no sink or stage of the job accounts for."""
+    found: dict[int, float] = {}
+    for match in SPARK_LINE.finditer(text):
+        phases = {name: int(ms) for name, ms in SPARK_PHASE.findall(match["phases"])}
+        found[int(match["batch"])] = (int(match["total"]) - phases.get("addBatch", 0)) / 1000
+    return found
+
+
 def batch_lines(log: Path) -> list[BatchLine]:
     found: list[BatchLine] = []
-    for line in log.read_text(errors="replace").splitlines():
+    text = log.read_text(errors="replace")
+    spark = spark_overheads(text)
+    for line in text.splitlines():
         match = BATCH_LINE.match(line)
         if match is None:
             continue
+        stages = {name: float(secs) for name, secs in STAGE.findall(match["stages"])}
+        if int(match["batch"]) in spark:
+            stages["spark"] = spark[int(match["batch"])]
         when = datetime.strptime(match["when"], "%Y-%m-%d %H:%M:%S,%f")
         found.append(
             BatchLine(
@@ -91,7 +112,7 @@ def batch_lines(log: Path) -> list[BatchLine]:
                 int(match["batch"]),
                 int(match["records"]),
                 float(match["seconds"]),
-                {name: float(secs) for name, secs in STAGE.findall(match["stages"])},
+                stages,
             )
         )
     return found

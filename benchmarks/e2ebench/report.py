@@ -43,15 +43,22 @@ def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
     draining = [s for s in steps if s["drains"]]
     best = max(draining, key=lambda s: s["achieved_rate"]) if draining else None
     p99 = best["latency"]["all"]["p99"] if best is not None else None
+    # A stream is mostly updates and deletes: where the search server re-indexes an existing
+    # document slower than it indexes a new one, that is the slowest raw rate for streaming.
+    updates = result["raw"]["search_updates_per_second"]
+    ceiling, ceiling_name = (
+        (updates, "search re-index") if updates < slowest else (slowest, slowest_sink)
+    )
     found.append({
-        "target": "highest rate that drains >= 0.5 x slowest raw, p99 <= 3 s there",
+        "target": f"highest rate that drains >= 0.5 x slowest raw ({ceiling_name} "
+        f"{ceiling:.1f}/s), p99 <= 3 s there",
         "figure": (
-            f"{best['achieved_rate']:.0f} changes/s = {best['achieved_rate'] / slowest:.2f} x, "
+            f"{best['achieved_rate']:.0f} changes/s = {best['achieved_rate'] / ceiling:.2f} x, "
             f"p99 {_ms(p99)} s"
             if best is not None
             else "no step drained"
         ),
-        "met": best is not None and best["achieved_rate"] >= 0.5 * slowest
+        "met": best is not None and best["achieved_rate"] >= 0.5 * ceiling
         and p99 is not None and p99 <= 3.0,
     })  # fmt: skip
     soak = result.get("rss_soak")
