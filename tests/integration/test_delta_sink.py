@@ -15,6 +15,8 @@ from cdc_sync.job.spark_session import PACKAGES_VAR, build_spark
 from cdc_sync.mapping import DeltaRoute, Policies, TableRoute
 from cdc_sync.sinks.delta import DeltaSink
 from cdc_sync.sinks.delta.spark_client import DeltaSparkWriter, delta_spark_available
+from cdc_sync.sinks.delta.target import tombstone_path
+from cdc_sync.sinks.delta.tombstones import COMPACT_EVERY_WRITES
 from tests.changes import change as routed_change
 from tests.changes import tombstone_only
 from tests.envelopes import (
@@ -187,3 +189,20 @@ def test_a_tombstone_without_its_delete_event_deletes_what_is_stored(
     assert not sink.apply(ROUTE, [tombstone_only(ROUTE, 2)]).failures  # nothing stored: done
     sink.apply(ROUTE, [change("c", 20, 1, product(1, name="later"))])
     assert rows(tmp_path)[1]["name"] == "later"
+
+
+def test_the_tombstone_table_is_compacted_and_still_fences(tmp_path: Path) -> None:
+    # Each batch with a delete adds a file to the tombstone table and each upsert batch reads it
+    # all: without compaction a day of batches is tens of thousands of files per read.
+    sink = DeltaSink(tmp_path, tombstone_retention_seconds=3600)
+    sink.ensure_target(ROUTE, change("c", 1, 1, product(1)).schema)
+    batches = COMPACT_EVERY_WRITES + 10
+    for key in range(1, batches + 1):
+        sink.apply(ROUTE, [change("c", 10 * key, key, product(key))])
+        sink.apply(ROUTE, [change("d", 10 * key + 5, key)])
+    assert ROUTE.delta is not None
+    stones = DeltaTable(str(tombstone_path(tmp_path, ROUTE.delta)))
+    assert len(stones.file_uris()) <= batches - COMPACT_EVERY_WRITES + 1
+    assert stones.to_pyarrow_table().num_rows == batches
+    stale = sink.apply(ROUTE, [change("u", 10 * key + 1, key, product(key)) for key in (1, 2)])
+    assert stale.fenced == 2 and rows(tmp_path) == {}

@@ -29,12 +29,24 @@ from cdc_sync.sinks.delta.target import (
     tombstone_path,
 )
 
+# Every batch with deletes adds a file to the tombstone table, and every batch with upserts reads
+# the whole table (`drop_fenced`): compacted this often, a read stays a few files, not one per
+# batch of the retention (a day of one batch a second would be ~86,000 files).
+COMPACT_EVERY_WRITES = 50
+
 
 class TombstoneStore:
-    def __init__(self, warehouse: Path, retention_seconds: int) -> None:
+    def __init__(
+        self,
+        warehouse: Path,
+        retention_seconds: int,
+        compact_every_writes: int = COMPACT_EVERY_WRITES,
+    ) -> None:
         self.warehouse = warehouse
         self.retention = timedelta(seconds=retention_seconds)
+        self.compact_every_writes = compact_every_writes
         self._last_prune: dict[str, float] = {}
+        self._writes: dict[str, int] = {}
 
     def record(self, route: DeltaRoute, actions: DeltaActions) -> None:
         """Remember the batch's deletes (a newer delete of a key replaces an older one)."""
@@ -65,6 +77,18 @@ class TombstoneStore:
             .when_not_matched_insert_all()
             .execute()
         )
+        self._maybe_compact(route)
+
+    def _maybe_compact(self, route: DeltaRoute) -> None:
+        """Bin-pack the tombstone table's small files every `compact_every_writes` writes (the
+        replaced files stay for time travel until a vacuum: `cdc-sync maintain`)."""
+        path = str(tombstone_path(self.warehouse, route))
+        self._writes[path] = self._writes.get(path, 0) + 1
+        if self._writes[path] % self.compact_every_writes:
+            return
+        table = open_table(tombstone_path(self.warehouse, route))
+        if table is not None:
+            table.optimize.compact()
 
     def drop_fenced(self, route: DeltaRoute, actions: DeltaActions) -> tuple[pa.Table, int]:
         """The batch's source rows without the stale upserts, and how many were dropped."""
