@@ -36,7 +36,7 @@ from cdc_sync.job.metrics_export import (
     ConnectorStatus,
     MetricsEndpoint,
 )
-from cdc_sync.job.query_progress import ProgressLog
+from cdc_sync.job.query_progress import log_previous_batch
 from cdc_sync.job.schema_store import FileSchemaStore
 from cdc_sync.job.status_file import StatusRecorder
 from cdc_sync.job.stream import MicroBatchProcessor
@@ -282,8 +282,7 @@ class SyncJob:
         )
         every = options.maintain_every_batches
         self.upkeep = EveryNBatches(every, self.maintain) if every else None
-        # Spark's phases of each batch (offsets, planning, logs) beside the job's batch line.
-        spark.streams.addListener(ProgressLog())
+        self.query: StreamingQuery | None = None  # the running query, once started
 
     def start(self, available_now: bool = False) -> StreamingQuery:
         if self.metrics is not None and self.metrics_port is None:
@@ -317,11 +316,13 @@ class SyncJob:
         )
         if self.progress is not None:
             self.progress.start()
-        query = writer.start()
+        query = self.query = writer.start()
         self.status.start_heartbeat(lambda: query_state(query))
         return query
 
     def _batch(self, batch: DataFrame, batch_id: int) -> None:
+        # Spark's phases of the previous batch (offsets, planning, logs) beside the batch lines.
+        log_previous_batch(self.query, batch_id)
         self.processor(batch, batch_id)
         if self.upkeep is not None:  # between batches: never beside this job's own MERGE
             self.upkeep.after_batch()
