@@ -80,7 +80,10 @@ def step(rate: float, p50: float, p99: float, drains: bool) -> dict[str, object]
 
 def test_targets_compare_with_the_slowest_raw_rate_of_the_same_run() -> None:
     result = {
-        "raw": {"rows_per_second": {"search": 500.0, "redis": 20000.0, "delta": 60000.0}},
+        "raw": {
+            "rows_per_second": {"search": 500.0, "redis": 20000.0, "delta": 60000.0},
+            "search_updates_per_second": 800.0,
+        },
         "initial_sync": {"all_sinks_rows_per_second": 450.0},
         "streaming": [
             step(100, 0.3, 1.2, True),
@@ -95,3 +98,20 @@ def test_targets_compare_with_the_slowest_raw_rate_of_the_same_run() -> None:
     assert found["100"]["met"]
     drain = found["highest"]
     assert drain["met"] and "300 changes/s = 0.60 x" in drain["figure"]
+
+
+def test_a_stream_is_held_to_the_search_servers_reindex_rate_when_that_is_slowest() -> None:
+    # Updates of existing documents are what a stream mostly is: where the server re-indexes
+    # slower than any sink inserts, that rate is the ceiling the drain target compares with.
+    result = {
+        "raw": {
+            "rows_per_second": {"search": 2000.0, "redis": 80000.0, "delta": 900000.0},
+            "search_updates_per_second": 4.0,
+        },
+        "streaming": [step(3, 0.9, 2.8, True), step(20, 17.0, 30.0, False)],
+    }
+
+    drain = next(t for t in targets(result) if t["target"].startswith("highest"))
+
+    assert "search re-index 4.0/s" in drain["target"]
+    assert drain["met"] and "3 changes/s = 0.75 x" in drain["figure"]

@@ -49,7 +49,7 @@ from cdc_sync.sinks.base import Sink
 from cdc_sync.sinks.delta import DeltaSink
 from cdc_sync.sinks.delta.maintenance import EveryNBatches, UpkeepOptions, maintain_route
 from cdc_sync.sinks.delta.spark_client import DeltaSparkWriter, delta_spark_available
-from cdc_sync.source import kafka_stream, stream_options
+from cdc_sync.source import stream_options, stream_with_options
 from cdc_sync.source.end_offsets import EndOffsets
 from cdc_sync.source.options import parse_options
 
@@ -112,34 +112,32 @@ class JobOptions:
         )
 
 
+def source_options(
+    options: JobOptions, *, bootstrap: str, flavor: str, topics: list[str]
+) -> dict[str, str]:
+    """The Kafka source's options: bounded per micro-batch and checked for data loss as
+    ``options`` say. The stream and the driver's small-batch reader share them."""
+    return stream_options(
+        bootstrap=bootstrap,
+        flavor=flavor,
+        topics=topics,
+        max_offsets_per_trigger=options.max_offsets_per_trigger,
+        fail_on_data_loss=options.fail_on_data_loss,
+    )
+
+
 def job_stream(
     spark: SparkSession, options: JobOptions, *, bootstrap: str, flavor: str, topics: list[str]
 ) -> DataFrame:
-    """The Kafka stream the job reads: bounded per micro-batch and checked for data loss as
-    ``options`` say."""
-    return kafka_stream(
-        spark,
-        bootstrap=bootstrap,
-        flavor=flavor,
-        topics=topics,
-        max_offsets_per_trigger=options.max_offsets_per_trigger,
-        fail_on_data_loss=options.fail_on_data_loss,
-    )
+    """The Kafka stream the job reads."""
+    where = source_options(options, bootstrap=bootstrap, flavor=flavor, topics=topics)
+    return stream_with_options(spark, where)
 
 
-def small_batches(
-    options: JobOptions, *, bootstrap: str, flavor: str, topics: list[str]
-) -> SmallBatches | None:
-    """The driver's reader for small batches, with the stream's own source options."""
+def small_batches(options: JobOptions, source: dict[str, str]) -> SmallBatches | None:
+    """The driver's reader for small batches (None when every batch runs on the executors)."""
     if options.driver_batch_max_records <= 0:
         return None
-    source = stream_options(
-        bootstrap=bootstrap,
-        flavor=flavor,
-        topics=topics,
-        max_offsets_per_trigger=options.max_offsets_per_trigger,
-        fail_on_data_loss=options.fail_on_data_loss,
-    )
     return SmallBatches(
         parse_options(source), options.checkpoint_dir, options.driver_batch_max_records
     )
@@ -213,6 +211,12 @@ class SyncJob:
         # Every sink's retries report here, executor tasks' through the relay: `sink_status()`
         # says which one the job waits for.
         self.health = SinkHealth()
+        self.source = source_options(
+            options,
+            bootstrap=connections.require("kafka_bootstrap"),
+            flavor=connections.kafka_flavor,
+            topics=mapping.topics(),
+        )
         self.relay = HealthRelay(self.health, _driver_host(spark))
         retry = options.sink_retry(self.health)
         modes = converter_modes(mapping)
@@ -273,12 +277,7 @@ class SyncJob:
             self.driver_sinks,
             catalog_schemas(mapping, connections),
             FileVersionFloors.beside_checkpoint(options.checkpoint_dir),
-            small_batches(
-                options,
-                bootstrap=connections.require("kafka_bootstrap"),
-                flavor=connections.kafka_flavor,
-                topics=mapping.topics(),
-            ),
+            small_batches(options, self.source),
         )
         every = options.maintain_every_batches
         self.upkeep = EveryNBatches(every, self.maintain) if every else None
@@ -291,13 +290,7 @@ class SyncJob:
         for route in self.mapping.tables.values():
             for sink in self.sinks:
                 sink.ensure_target(route, None)
-        stream = job_stream(
-            self.spark,
-            self.options,
-            bootstrap=self.connections.require("kafka_bootstrap"),
-            flavor=self.connections.kafka_flavor,
-            topics=self.mapping.topics(),
-        )
+        stream = stream_with_options(self.spark, self.source)
         writer = (
             stream.writeStream.queryName(
                 self.options.query_name or f"cdc-sync-{self.mapping.path.stem}"

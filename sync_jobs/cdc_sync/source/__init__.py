@@ -23,7 +23,13 @@ from cdc_sync.source.options import (
 )
 from cdc_sync.source.python_kafka import KAFKA_SCHEMA, CdcKafkaDataSource
 
-__all__ = ["KAFKA_SCHEMA", "CdcKafkaDataSource", "kafka_stream", "stream_options"]
+__all__ = [
+    "KAFKA_SCHEMA",
+    "CdcKafkaDataSource",
+    "kafka_stream",
+    "stream_options",
+    "stream_with_options",
+]
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +78,11 @@ def kafka_stream(
         max_offsets_per_trigger=max_offsets_per_trigger,
         fail_on_data_loss=fail_on_data_loss,
     )
+    return stream_with_options(spark, options)
+
+
+def stream_with_options(spark: SparkSession, options: dict[str, str]) -> DataFrame:
+    """The stream for options from `stream_options`: the built-in source when its jar is there."""
     if builtin_kafka_available(spark):
         log.info("kafka source: Spark built-in format('kafka')")
         return builtin_stream(spark, options)
