@@ -40,7 +40,7 @@ from e2ebench.pipeline import (  # noqa: E402
     start_capture,
     start_job,
 )
-from e2ebench.report import render, targets  # noqa: E402
+from e2ebench.report import render, rss_drift, targets  # noqa: E402
 from e2ebench.sampler import Sampler  # noqa: E402
 
 from cdc_sync.localstack.stack import LocalStack  # noqa: E402
@@ -169,14 +169,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if args.rss_minutes > 0:
             plan = StepPlan(100, 60 * args.rss_minutes, args.probe_interval, args.drain_slack, 120)
             step = run_step(plan, workload, sampler, job.process.pid, services, detail_log)
-            rss = step["job_rss_mb"]
-            result["rss_soak"] = {
-                "minutes": args.rss_minutes,
-                "first_mb": rss["first"],
-                "last_mb": rss["last"],
-                "drift_percent": round(100 * (rss["last"] - rss["first"]) / rss["first"], 1),
-                "step": step,
-            }
+            result["rss_soak"] = {"minutes": args.rss_minutes, **rss_drift(step), "step": step}
         result["job_rss_mb_end"] = round(tree_usage(job.process.pid).rss_bytes / 2**20)
         result["workload"] = dict(workload.done)
     finally:

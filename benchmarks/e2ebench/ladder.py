@@ -79,6 +79,8 @@ def run_step(
             "first": round(rss[0] / 2**20),
             "last": round(rss[-1] / 2**20),
             "max": round(max(rss) / 2**20),
+            # One sample a second while the workload writes; every 30th kept for the JSON.
+            "every_30_s": [round(sample / 2**20) for sample in rss[::30]],
         },
         "service_cpu_percent": {
             name: round(100 * (tree_usage(pid).cpu_seconds - service_cpu[name]) / elapsed, 1)

@@ -16,7 +16,7 @@ from cdc_sync.sinks.base import WriteResult
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from e2ebench.observe import batch_lines, stage_breakdown
-from e2ebench.report import targets
+from e2ebench.report import rss_drift, targets
 from e2ebench.sampler import percentiles
 
 pytestmark = pytest.mark.unit
@@ -115,3 +115,12 @@ def test_a_stream_is_held_to_the_search_servers_reindex_rate_when_that_is_slowes
 
     assert "search re-index 4.0/s" in drain["target"]
     assert drain["met"] and "3 changes/s = 0.75 x" in drain["figure"]
+
+
+def test_the_rss_drift_leaves_out_the_warm_up_and_compares_medians() -> None:
+    # Python workers of the step before exit in the first minutes: no drift.
+    settling = {"job_rss_mb": {"every_30_s": [3000, 2600, 2000] + [1400] * 57, "last": 1400}}
+    assert rss_drift(settling) == {"first_mb": 1400, "last_mb": 1400, "drift_percent": 0.0}
+    # A leak: RSS grows all along.
+    growing = {"job_rss_mb": {"every_30_s": list(range(1400, 2000, 10)), "last": 1990}}
+    assert rss_drift(growing)["drift_percent"] > 10
