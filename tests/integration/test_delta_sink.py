@@ -1,19 +1,21 @@
 """Delta sink on real Delta files, through deltalake and (when its jars are present) delta-spark."""
 
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pytest
-from deltalake import DeltaTable
+from deltalake import DeltaTable, write_deltalake
 from pyspark.sql import SparkSession
 
 from cdc_sync.core.model import Change, TableId
 from cdc_sync.job.spark_session import PACKAGES_VAR, build_spark
 from cdc_sync.mapping import DeltaRoute, Policies, TableRoute
 from cdc_sync.sinks.delta import DeltaSink
+from cdc_sync.sinks.delta.handles import TableHandles
 from cdc_sync.sinks.delta.spark_client import DeltaSparkWriter, delta_spark_available
 from cdc_sync.sinks.delta.target import tombstone_path
 from cdc_sync.sinks.delta.tombstones import COMPACT_EVERY_WRITES
@@ -206,3 +208,20 @@ def test_the_tombstone_table_is_compacted_and_still_fences(tmp_path: Path) -> No
     assert stones.to_pyarrow_table().num_rows == batches
     stale = sink.apply(ROUTE, [change("u", 10 * key + 1, key, product(key)) for key in (1, 2)])
     assert stale.fenced == 2 and rows(tmp_path) == {}
+
+
+def test_a_kept_table_handle_sees_other_writers_commits_and_a_dropped_table(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "t"
+    handles = TableHandles()
+    assert handles.get(path) is None
+    write_deltalake(str(path), pa.table({"id": [1]}))
+    kept = handles.get(path)
+    assert kept is not None and kept.version() == 0
+    write_deltalake(str(path), pa.table({"id": [2]}), mode="append")  # another writer
+    again = handles.get(path)
+    assert again is kept and again.version() == 1
+    assert sorted(again.to_pyarrow_table()["id"].to_pylist()) == [1, 2]
+    shutil.rmtree(path)
+    assert handles.get(path) is None

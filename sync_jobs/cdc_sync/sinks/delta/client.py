@@ -9,22 +9,26 @@ import pyarrow.compute as pc
 from cdc_sync.mapping import DeltaRoute
 from cdc_sync.sinks.base import WriteResult
 from cdc_sync.sinks.delta.actions import DELETED, DeltaActions
+from cdc_sync.sinks.delta.handles import TableHandles
 from cdc_sync.sinks.delta.merge_plan import datafusion_quote, merge_plan
-from cdc_sync.sinks.delta.target import open_table, table_path
+from cdc_sync.sinks.delta.target import table_path
 from cdc_sync.sinks.delta.tombstones import TombstoneStore
 
 
 class DeltaLakeWriter:
     def __init__(self, warehouse: Path, tombstone_retention_seconds: int) -> None:
         self.warehouse = warehouse
-        self.tombstones = TombstoneStore(warehouse, tombstone_retention_seconds)
+        self.handles = TableHandles()  # the data tables and their tombstone tables
+        self.tombstones = TombstoneStore(
+            warehouse, tombstone_retention_seconds, handles=self.handles
+        )
 
     def write_batch(self, route: DeltaRoute, actions: DeltaActions) -> WriteResult:
         self.tombstones.record(route, actions)
         source, fenced = self.tombstones.drop_fenced(route, actions)
         if source.num_rows == 0:
             return WriteResult(fenced=fenced)
-        table = open_table(table_path(self.warehouse, route))
+        table = self.handles.get(table_path(self.warehouse, route))
         if table is None and not pc.any(pc.invert(source[DELETED])).as_py():
             # Deletes of rows the table never held (it does not exist yet): the tombstones
             # recorded above are all there is to do.

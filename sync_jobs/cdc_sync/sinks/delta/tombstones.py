@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 
 from cdc_sync.mapping import DeltaRoute
 from cdc_sync.sinks.delta.actions import VERSION, DeltaActions
+from cdc_sync.sinks.delta.handles import TableHandles
 from cdc_sync.sinks.delta.merge_plan import datafusion_quote
 from cdc_sync.sinks.delta.target import (
     TOMBSTONE_DELETED_AT,
@@ -41,8 +42,10 @@ class TombstoneStore:
         warehouse: Path,
         retention_seconds: int,
         compact_every_writes: int = COMPACT_EVERY_WRITES,
+        handles: TableHandles | None = None,
     ) -> None:
         self.warehouse = warehouse
+        self.handles = handles or TableHandles()
         self.retention = timedelta(seconds=retention_seconds)
         self.compact_every_writes = compact_every_writes
         self._last_prune: dict[str, float] = {}
@@ -62,8 +65,11 @@ class TombstoneStore:
             },
             schema=TOMBSTONE_SCHEMA,
         )
-        ensure_tombstones(self.warehouse, route)  # a delete may come before any upsert
-        table = open_table(tombstone_path(self.warehouse, route))
+        path = tombstone_path(self.warehouse, route)
+        table = self.handles.get(path)
+        if table is None:  # a delete may come before any upsert
+            ensure_tombstones(self.warehouse, route)
+            table = self.handles.get(path)
         assert table is not None
         q = datafusion_quote
         (
@@ -86,14 +92,14 @@ class TombstoneStore:
         self._writes[path] = self._writes.get(path, 0) + 1
         if self._writes[path] % self.compact_every_writes:
             return
-        table = open_table(tombstone_path(self.warehouse, route))
+        table = self.handles.get(tombstone_path(self.warehouse, route))
         if table is not None:
             table.optimize.compact()
 
     def drop_fenced(self, route: DeltaRoute, actions: DeltaActions) -> tuple[pa.Table, int]:
         """The batch's source rows without the stale upserts, and how many were dropped."""
         upsert_ids = {c.doc_id: c.version for c in actions.changes if not c.is_delete}
-        table = open_table(tombstone_path(self.warehouse, route))
+        table = self.handles.get(tombstone_path(self.warehouse, route)) if upsert_ids else None
         if not upsert_ids or table is None:
             return actions.source, 0
         # The tombstone table is small (pruned after the retention): filter in memory, where
