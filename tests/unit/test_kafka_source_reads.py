@@ -22,6 +22,13 @@ pytestmark = pytest.mark.unit
 @dataclass
 class Record:
     at: int
+    where: tuple[str, int] = ("t", 0)
+
+    def topic(self) -> str:
+        return self.where[0]
+
+    def partition(self) -> int:
+        return self.where[1]
 
     def error(self) -> None:
         return None
@@ -46,6 +53,8 @@ class RecordingConsumer:
     high: int
     asked: list[int] = field(default_factory=list)
     position: int = 0
+    left_over: list[Record] = field(default_factory=list)  # fetched before the last assign
+    closed: bool = False
 
     def get_watermark_offsets(self, *_: Any, **__: Any) -> tuple[int, int]:
         return (0, self.high)
@@ -55,12 +64,13 @@ class RecordingConsumer:
 
     def consume(self, num_messages: int, timeout: float) -> list[Record]:
         self.asked.append(num_messages)
+        stale, self.left_over = self.left_over, []
         taken = list(range(self.position, min(self.high, self.position + num_messages)))
         self.position += len(taken)
-        return [Record(at) for at in taken]
+        return stale + [Record(at) for at in taken]
 
     def close(self) -> None:
-        pass
+        self.closed = True
 
 
 @pytest.mark.parametrize(("start", "end"), [(0, 1), (10, 310), (0, 2500)])
@@ -77,3 +87,15 @@ def test_the_reader_asks_for_no_more_records_than_the_range_still_needs(
     needed = end - start
     assert consumer.asked[0] == min(needed, python_kafka.MESSAGES_PER_POLL)
     assert sum(consumer.asked) == needed  # so no call waits out its timeout
+
+
+def test_a_consumer_kept_across_ranges_skips_what_it_fetched_for_another_one() -> None:
+    # The driver reads small batches with one consumer; a record of the partition it read
+    # before must not land in this range.
+    consumer = RecordingConsumer(high=50, left_over=[Record(7, ("u", 3))])
+    options = parse_options({"kafka.bootstrap.servers": "127.0.0.1:9", "subscribe": "t"})
+
+    read = list(python_kafka.consume_range(options, PartitionRange("t", 0, 5, 9), consumer))  # type: ignore[arg-type]
+
+    assert [(m.topic(), m.offset()) for m in read] == [("t", 5), ("t", 6), ("t", 7), ("t", 8)]
+    assert not consumer.closed  # the caller's to close

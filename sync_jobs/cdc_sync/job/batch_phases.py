@@ -8,8 +8,9 @@ where it ran.
 
 - `SparkPhases`: two Spark jobs over the batch's DataFrame, one task per Kafka partition, in
   parallel on the executors (no shuffle: a key never leaves its partition).
-- `DriverPhases`: the driver reads the batch's offset ranges itself (the source's own planning
-  and reader) and runs both functions in process. A Spark job costs ~0.2-0.5 s of scheduling,
+- `DriverPhases`: the driver reads the batch's offset ranges (from the checkpoint's offset log)
+  itself, with the source's own reader and one consumer kept across batches, and runs both
+  functions in process. A Spark job costs ~0.2-0.5 s of scheduling,
   Python worker hops and Arrow transfers whatever its size; a batch of a few hundred records
   then spends most of its time there. Small batches skip both jobs; large ones (the initial
   snapshot, a backlog) still spread over the executors.
@@ -24,6 +25,7 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from confluent_kafka import Consumer
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame
 from pyspark.sql.pandas.types import from_arrow_schema
@@ -38,13 +40,9 @@ from cdc_sync.job.task_writes import (
     write_partition,
 )
 from cdc_sync.source.checkpoint import batch_end_offsets
-from cdc_sync.source.offsets import PartitionRange, to_offset_json
+from cdc_sync.source.offsets import PartitionRange, ranges_between
 from cdc_sync.source.options import KafkaSourceOptions
-from cdc_sync.source.python_kafka import (
-    CdcKafkaStreamReader,
-    KafkaPartitionRange,
-    read_range_arrow,
-)
+from cdc_sync.source.python_kafka import range_consumer, read_range_arrow
 
 FOLDED_SPARK = from_arrow_schema(FOLDED_SCHEMA)  # one schema: decode.py's Arrow one
 WRITES_SPARK = from_arrow_schema(WRITES_SCHEMA)
@@ -104,16 +102,20 @@ class DriverPhases:
 
     ran_on = "driver"
 
-    def __init__(self, options: KafkaSourceOptions, ranges: list[PartitionRange]) -> None:
+    def __init__(
+        self, options: KafkaSourceOptions, ranges: list[PartitionRange], consumer: Consumer
+    ) -> None:
         self.options = options
         self.ranges = ranges
+        self.consumer = consumer
         self.changes: list[list[pa.RecordBatch]] = []  # per partition, in Kafka order
 
     def decode(self, decode_fold: DecodeFold) -> list[dict[str, Any]]:
         side: list[dict[str, Any]] = []
         for span in self.ranges:
             folded = pa.Table.from_batches(
-                list(decode_fold(read_range_arrow(self.options, span))), schema=FOLDED_SCHEMA
+                list(decode_fold(read_range_arrow(self.options, span, self.consumer))),
+                schema=FOLDED_SCHEMA,
             )
             is_change = pc.equal(folded["kind"], KIND_CHANGE)
             changes = folded.filter(is_change).select(list(WRITE_COLUMNS))
@@ -142,29 +144,32 @@ class SmallBatches:
         self.options = options
         self.checkpoint_dir = checkpoint_dir
         self.max_records = max_records
-        # Kept across batches: its metadata consumer stays connected.
-        self.reader = CdcKafkaStreamReader(options)
+        self._consumer: Consumer | None = None  # kept across batches: stays connected
 
     def phases(self, batch: DataFrame, batch_id: int) -> BatchPhases:
         ranges = self._ranges(batch_id)
         if ranges is None:
             return SparkPhases(batch)
-        return DriverPhases(self.options, ranges)
+        if self._consumer is None:
+            self._consumer = range_consumer(self.options)
+        return DriverPhases(self.options, ranges, self._consumer)
 
     def _ranges(self, batch_id: int) -> list[PartitionRange] | None:
-        """The batch's ranges as the source plans them (its own data-loss checks included),
-        or None when the batch is large or its start is not in the offset log."""
+        """The batch's ranges, or None when the batch is large or its start is not in the
+        offset log. Each range's start is checked against the broker when it is read
+        (`consume_range`: failOnDataLoss, as the source's own tasks do)."""
         if self.max_records <= 0 or batch_id == 0:
             return None
         start = batch_end_offsets(self.checkpoint_dir, batch_id - 1)
         end = batch_end_offsets(self.checkpoint_dir, batch_id)
         if start is None or end is None:
             return None
-        planned = sum(end[tp] - start.get(tp, 0) for tp in end)
-        if planned > self.max_records:
+        ranges = ranges_between(start, end)
+        if sum(span.size for span in ranges) > self.max_records:
             return None
-        partitions = self.reader.partitions(to_offset_json(start), to_offset_json(end))
-        return [p.span for p in partitions if isinstance(p, KafkaPartitionRange)]
+        return ranges
 
     def close(self) -> None:
-        self.reader.stop()
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
