@@ -45,6 +45,14 @@ def pipeline(services: Services, tmp_path_factory: pytest.TempPathFactory) -> It
             yield harness
 
 
+def wait_first_batch(pipeline: SyncHarness, timeout_seconds: float = 120.0) -> None:
+    assert pipeline.job is not None
+    deadline = time.monotonic() + timeout_seconds
+    while not pipeline.job.applier.history:
+        assert time.monotonic() < deadline, "the restarted job ran no batch"
+        time.sleep(0.1)
+
+
 # Where the batches run (job.batch_phases): Spark tasks, or the driver for small batches. Both
 # must leave the same sinks; the driver reads the partitions one after the other.
 PATHS = {"executors": 0, "driver": 100_000}
@@ -54,6 +62,7 @@ PATHS = {"executors": 0, "driver": 100_000}
 def test_four_partitions_keep_per_key_order_and_fencing(pipeline: SyncHarness, path: str) -> None:
     pipeline.stop()
     pipeline.start(driver_batch_max_records=PATHS[path])
+    wait_first_batch(pipeline)  # the writes below then land in later batches, where paths differ
     topic = f"{pipeline.mapping.topic_prefix}.shop.customers"
     bootstrap = pipeline.connections.require("kafka_bootstrap")
     admin = AdminClient(admin_config(bootstrap))

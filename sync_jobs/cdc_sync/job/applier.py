@@ -28,8 +28,8 @@ from cdc_sync.sinks.base import Sink, WriteResult
 
 log = logging.getLogger(__name__)
 
-# Tables committed at once by the driver's sinks (Delta): IO and Rust work, mostly off the GIL.
-PARALLEL_COMMITS = 4
+# (table, sink) writes the driver runs at once: IO and Rust work, mostly off the GIL.
+PARALLEL_COMMITS = 8
 
 
 class PolicyViolation(RuntimeError):
@@ -289,25 +289,26 @@ class BatchApplier:
         deferred: dict[TableId, list[Change]],
         metrics: BatchMetrics,
     ) -> dict[tuple[TableId, str], WriteResult]:
-        """Each sink's commit of each table (once per table and batch: a Delta commit), the
-        tables in parallel: they are distinct Delta tables and deltalake commits outside the
-        GIL, so the batch waits for the slowest table rather than for their sum. A commit that
-        raises fails the batch once the others have ended."""
+        """Each driver sink's write of each table (Delta: one commit per table and batch; for a
+        batch run on the driver, search and cache too), all in parallel: distinct tables and
+        sinks, network and Rust work mostly off the GIL, so the batch waits for the slowest
+        rather than for their sum. A write that raises fails the batch once the others ended.
+        Each sink's stage time is the longest of its tables."""
         jobs = [(table, sink) for table in sorted(deferred) for sink in driver_sinks]
         if not jobs:
             return {}
-        started = time.monotonic()
+        routes = self.mapping.tables
+
+        def timed(table: TableId, sink: Sink) -> tuple[WriteResult, float]:
+            started = time.monotonic()
+            return sink.apply(routes[table], deferred[table]), time.monotonic() - started
+
         with ThreadPoolExecutor(min(len(jobs), PARALLEL_COMMITS), "cdc-sync-commit") as pool:
-            futures = {
-                (table, sink.name): pool.submit(
-                    sink.apply, self.mapping.tables[table], deferred[table]
-                )
-                for table, sink in jobs
-            }
-            committed = {key: future.result() for key, future in futures.items()}
-        for sink in driver_sinks:
-            metrics.timed(sink.name, started)
-        return committed
+            futures = {(t, sink.name): pool.submit(timed, t, sink) for t, sink in jobs}
+            done = {key: future.result() for key, future in futures.items()}
+        for (_, name), (_, took) in done.items():
+            metrics.stages[name] = max(metrics.stages.get(name, 0.0), took)
+        return {key: result for key, (result, _) in done.items()}
 
     def _refused(self, route: TableRoute, results: dict[str, WriteResult]) -> list[DeadLetter]:
         """Records the sinks refused: the batch fails under `on_malformed: fail`, else their

@@ -65,6 +65,8 @@ class MicroBatchProcessor:
         self.applier = applier
         self.spec = spec
         self.driver_sinks = list(driver_sinks)
+        # The driver's own row sinks (search, cache): batches run on the driver write them.
+        self.row_sinks = [sink for sink in applier.sinks if sink not in self.driver_sinks]
         self.known = known  # shipped to executors
         self.tombstone_deletes = applier.mapping.tombstone_delete_tables()
         # Highest version per partition so far (job.version_floors), kept beside the checkpoint.
@@ -85,6 +87,10 @@ class MicroBatchProcessor:
             floors=floors,
         )
         phases = self.small.phases(batch, batch_id) if self.small else SparkPhases(batch)
+        # On the driver the row sinks are written like Delta: every (table, sink) at once,
+        # after the second phase filled and routed the changes (BatchApplier.finish).
+        on_driver = phases.ran_on == "driver"
+        driver_sinks = [*self.row_sinks, *self.driver_sinks] if on_driver else self.driver_sinks
         try:
             started = time.monotonic()  # read, decode and fold: the first phase runs all three
             summary = SideRows(phases.decode(decode_fold))
@@ -105,7 +111,7 @@ class MicroBatchProcessor:
             tasks: list[list[TableWrite]] = []
             if plan.schemas:
                 started = time.monotonic()
-                tasks = phases.write(self._write_plan(plan.schemas))
+                tasks = phases.write(self._write_plan(plan.schemas, on_driver))
                 stages["write"] = time.monotonic() - started
         finally:
             phases.close()
@@ -113,7 +119,7 @@ class MicroBatchProcessor:
             plan,
             [written for task in tasks for written in task],
             {"write": stages.get("write", 0.0), **_task_seconds(tasks)},
-            self.driver_sinks,
+            driver_sinks,
         )
         self._keep_floors(batch_id, floors, summary.versions)
         return metrics
@@ -126,11 +132,13 @@ class MicroBatchProcessor:
         if self.floors_store is not None:
             self.floors_store.save(self.floors)
 
-    def _write_plan(self, schemas: dict[TableId, SchemaState]) -> WritePlan:
+    def _write_plan(self, schemas: dict[TableId, SchemaState], on_driver: bool) -> WritePlan:
         routes = {
             str(table): (self.applier.mapping.tables[table], state)
             for table, state in schemas.items()
         }
+        if on_driver:  # fill and route only: finish() writes every sink
+            return WritePlan(routes, self.spec.without_row_sinks(), defer=True)
         return WritePlan(routes, self.spec, defer=bool(self.driver_sinks))
 
 

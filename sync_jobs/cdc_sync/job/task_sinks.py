@@ -57,6 +57,10 @@ class TaskSinkSpec:
             modes=modes,
         )
 
+    def without_row_sinks(self) -> TaskSinkSpec:
+        """The same settings with no row sink: a write only fills and routes."""
+        return dataclasses.replace(self, search_url=None, redis_url=None)
+
     def open_sinks(self, observer: RetryObserver | None) -> list[Sink]:
         retry = dataclasses.replace(self.retry, observer=observer)
         sinks: list[Sink] = []
