@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 
 import psycopg
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from cdc_sync.connectors.ops import connectors_main, wait_running, wanted_config
 from cdc_sync.connectors.rest import ConnectClient, ConnectError
@@ -215,7 +215,12 @@ def _records(
     while True:
         consumer = Consumer(consumer_config(kafka.bootstrap, kafka.flavor, f"t{uuid.uuid4()}"))
         try:
-            high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=5)[1]
+            try:
+                high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=5)[1]
+            except KafkaException as exc:  # the connector has not created the topic yet
+                if exc.args[0].code() != KafkaError._UNKNOWN_PARTITION:
+                    raise
+                high = 0
             records: list[tuple[bytes | None, bytes, Coordinates]] = []
             if high >= at_least:
                 consumer.assign([TopicPartition(topic, 0, 0)])
