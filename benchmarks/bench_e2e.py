@@ -168,6 +168,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 break  # higher rates will not drain either
         if args.rss_minutes > 0:
             plan = StepPlan(100, 60 * args.rss_minutes, args.probe_interval, args.drain_slack, 120)
+            workload.steady = True  # the tables keep their size over the soak
             step = run_step(plan, workload, sampler, job.process.pid, services, detail_log)
             result["rss_soak"] = {"minutes": args.rss_minutes, **rss_drift(step), "step": step}
         result["job_rss_mb_end"] = round(tree_usage(job.process.pid).rss_bytes / 2**20)
