@@ -87,15 +87,3 @@ def test_the_reader_asks_for_no_more_records_than_the_range_still_needs(
     needed = end - start
     assert consumer.asked[0] == min(needed, python_kafka.MESSAGES_PER_POLL)
     assert sum(consumer.asked) == needed  # so no call waits out its timeout
-
-
-def test_a_consumer_kept_across_ranges_skips_what_it_fetched_for_another_one() -> None:
-    # The driver reads small batches with one consumer; a record of the partition it read
-    # before must not land in this range.
-    consumer = RecordingConsumer(high=50, left_over=[Record(7, ("u", 3))])
-    options = parse_options({"kafka.bootstrap.servers": "127.0.0.1:9", "subscribe": "t"})
-
-    read = list(python_kafka.consume_range(options, PartitionRange("t", 0, 5, 9), consumer))  # type: ignore[arg-type]
-
-    assert [(m.topic(), m.offset()) for m in read] == [("t", 5), ("t", 6), ("t", 7), ("t", 8)]
-    assert not consumer.closed  # the caller's to close

@@ -9,11 +9,12 @@ where it ran.
 - `SparkPhases`: two Spark jobs over the batch's DataFrame, one task per Kafka partition, in
   parallel on the executors (no shuffle: a key never leaves its partition).
 - `DriverPhases`: the driver reads the batch's offset ranges (from the checkpoint's offset log)
-  itself, with the source's own reader and one consumer kept across batches, and runs both
-  functions in process. A Spark job costs ~0.2-0.5 s of scheduling,
-  Python worker hops and Arrow transfers whatever its size; a batch of a few hundred records
-  then spends most of its time there. Small batches skip both jobs; large ones (the initial
-  snapshot, a backlog) still spread over the executors.
+  itself with the source's own reader, a consumer per range as in a task (one kept across
+  ranges waited behind its long-polling fetch of the previous range on every reassignment:
+  seconds a batch), and runs both functions in process. A Spark job costs ~0.2-0.5 s of
+  scheduling, Python worker hops and Arrow transfers whatever its size; a batch of a few
+  hundred records spent most of its time there. Small batches skip both jobs; large ones (the
+  initial snapshot, a backlog) still spread over the executors.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from confluent_kafka import Consumer
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame
 from pyspark.sql.pandas.types import from_arrow_schema
@@ -42,7 +42,7 @@ from cdc_sync.job.task_writes import (
 from cdc_sync.source.checkpoint import batch_end_offsets
 from cdc_sync.source.offsets import PartitionRange, ranges_between
 from cdc_sync.source.options import KafkaSourceOptions
-from cdc_sync.source.python_kafka import range_consumer, read_range_arrow
+from cdc_sync.source.python_kafka import read_range_arrow
 
 FOLDED_SPARK = from_arrow_schema(FOLDED_SCHEMA)  # one schema: decode.py's Arrow one
 WRITES_SPARK = from_arrow_schema(WRITES_SCHEMA)
@@ -102,20 +102,16 @@ class DriverPhases:
 
     ran_on = "driver"
 
-    def __init__(
-        self, options: KafkaSourceOptions, ranges: list[PartitionRange], consumer: Consumer
-    ) -> None:
+    def __init__(self, options: KafkaSourceOptions, ranges: list[PartitionRange]) -> None:
         self.options = options
         self.ranges = ranges
-        self.consumer = consumer
         self.changes: list[list[pa.RecordBatch]] = []  # per partition, in Kafka order
 
     def decode(self, decode_fold: DecodeFold) -> list[dict[str, Any]]:
         side: list[dict[str, Any]] = []
         for span in self.ranges:
             folded = pa.Table.from_batches(
-                list(decode_fold(read_range_arrow(self.options, span, self.consumer))),
-                schema=FOLDED_SCHEMA,
+                list(decode_fold(read_range_arrow(self.options, span))), schema=FOLDED_SCHEMA
             )
             is_change = pc.equal(folded["kind"], KIND_CHANGE)
             changes = folded.filter(is_change).select(list(WRITE_COLUMNS))
@@ -144,15 +140,12 @@ class SmallBatches:
         self.options = options
         self.checkpoint_dir = checkpoint_dir
         self.max_records = max_records
-        self._consumer: Consumer | None = None  # kept across batches: stays connected
 
     def phases(self, batch: DataFrame, batch_id: int) -> BatchPhases:
         ranges = self._ranges(batch_id)
         if ranges is None:
             return SparkPhases(batch)
-        if self._consumer is None:
-            self._consumer = range_consumer(self.options)
-        return DriverPhases(self.options, ranges, self._consumer)
+        return DriverPhases(self.options, ranges)
 
     def _ranges(self, batch_id: int) -> list[PartitionRange] | None:
         """The batch's ranges, or None when the batch is large or its start is not in the
@@ -170,6 +163,4 @@ class SmallBatches:
         return ranges
 
     def close(self) -> None:
-        if self._consumer is not None:
-            self._consumer.close()
-            self._consumer = None
+        return None

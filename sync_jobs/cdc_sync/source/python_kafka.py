@@ -245,25 +245,15 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return read_range_arrow(self.options, partition.span)
 
 
-def range_consumer(options: KafkaSourceOptions) -> Consumer:
-    """A consumer for `consume_range`: one per range in tasks; the driver keeps one."""
-    return _consumer(options, **{"enable.partition.eof": True})
-
-
-def consume_range(
-    options: KafkaSourceOptions, span: PartitionRange, consumer: Consumer | None = None
-) -> Iterator[Message]:
+def consume_range(options: KafkaSourceOptions, span: PartitionRange) -> Iterator[Message]:
     """Messages of ``[start, end)`` in offset order.
 
     A start outside the broker's watermarks (retention, topic re-created since planning) fails
     or, with failOnDataLoss=false, is skipped past (see ``checked_span``); gaps inside the range
     (compaction, transaction markers) simply never arrive. Reaching ``end`` is detected by a
-    message at or past it or by the partition-EOF event at or past it. A given `consumer`
-    (from `range_consumer`) is reassigned to the range and left open; else one is opened and
-    closed here.
+    message at or past it or by the partition-EOF event at or past it.
     """
-    owned = consumer is None
-    consumer = consumer or range_consumer(options)
+    consumer = _consumer(options, **{"enable.partition.eof": True})
     try:
         low, high = consumer.get_watermark_offsets(
             KafkaTopicPartition(span.topic, span.partition),
@@ -283,8 +273,6 @@ def consume_range(
                 raise KafkaRangeUnreachable(span, next_offset, options.fetch_timeout_ms)
             wanted = min(MESSAGES_PER_POLL, span.end - next_offset)
             for message in consumer.consume(num_messages=wanted, timeout=POLL_TIMEOUT_S):
-                if _elsewhere(message, span):
-                    continue  # fetched or signalled for a range this consumer read before
                 error = message.error()
                 if error is not None:
                     if error.code() == KafkaError._PARTITION_EOF:
@@ -310,13 +298,7 @@ def consume_range(
                 deadline = time.monotonic() + options.fetch_timeout_ms / 1000
                 yield message
     finally:
-        if owned:
-            consumer.close()
-
-
-def _elsewhere(message: Message, span: PartitionRange) -> bool:
-    topic = message.topic()
-    return topic is not None and (topic, message.partition()) != (span.topic, span.partition)
+        consumer.close()
 
 
 def _offset(message: Message) -> int:
@@ -333,9 +315,7 @@ def _timestamp(message: Message) -> tuple[int | None, int]:
     return (millis * 1000 if kind else None), kind - 1
 
 
-def read_range_arrow(
-    options: KafkaSourceOptions, span: PartitionRange, consumer: Consumer | None = None
-) -> Iterator[pa.RecordBatch]:
+def read_range_arrow(options: KafkaSourceOptions, span: PartitionRange) -> Iterator[pa.RecordBatch]:
     keys: list[bytes | None] = []
     values: list[bytes | None] = []
     offsets: list[int] = []
@@ -360,7 +340,7 @@ def read_range_arrow(
             column.clear()
         return batch
 
-    for message in consume_range(options, span, consumer):
+    for message in consume_range(options, span):
         micros, kind = _timestamp(message)
         keys.append(message.key())
         values.append(message.value())
