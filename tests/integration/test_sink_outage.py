@@ -50,6 +50,20 @@ def server(tmp_path: Path) -> Iterator[Started]:
 
 def freeze(started: Started) -> None:
     os.killpg(started.pid, signal.SIGSTOP)  # spawn() gave it its own process group
+    # kill() returns before every thread has stopped: a thread running on the other core can
+    # still answer the next request (seen once in a full run). Wait until all of them have.
+    deadline = time.monotonic() + 5
+    while not all_threads_stopped(started.pid):
+        assert time.monotonic() < deadline, "the search server did not stop"
+        time.sleep(0.01)
+
+
+def all_threads_stopped(pid: int) -> bool:
+    states = []
+    for stat in Path(f"/proc/{pid}/task").glob("*/stat"):
+        with contextlib.suppress(OSError):  # a thread that just exited
+            states.append(stat.read_text().rsplit(")", 1)[1].split()[0])
+    return bool(states) and all(state in "Tt" for state in states)
 
 
 def resume(started: Started) -> None:
