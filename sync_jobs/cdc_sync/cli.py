@@ -18,7 +18,7 @@ from functools import partial
 from importlib.metadata import entry_points
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from cdc_sync.core.errors import ConfigError
 from cdc_sync.core.logs import CONSOLE
@@ -34,6 +34,8 @@ console = logging.getLogger(CONSOLE)  # shown on the console without -v
 
 # Commands that run for long and log a lot keep a log file under <state dir>/logs.
 LOGGED_COMMANDS = ("run", "demo", "capture")
+_T = TypeVar("_T")
+
 # How often `run` looks whether a stop signal came while it waits for the query.
 STOP_POLL_SECONDS = 1
 
@@ -58,25 +60,24 @@ def job_options(args: argparse.Namespace, defaults: JobOptions) -> JobOptions:
     return replace(
         defaults,
         checkpoint_dir=Path(args.checkpoint) if args.checkpoint else defaults.checkpoint_dir,
-        trigger_seconds=(
-            defaults.trigger_seconds if args.trigger_seconds is None else args.trigger_seconds
-        ),
+        trigger_seconds=_given(args.trigger_seconds, defaults.trigger_seconds),
         max_offsets_per_trigger=limit,
         fail_on_data_loss=args.fail_on_data_loss,
-        sink_retry_horizon_seconds=(
-            defaults.sink_retry_horizon_seconds
-            if args.sink_retry_horizon is None
-            else args.sink_retry_horizon
+        sink_retry_horizon_seconds=_given(
+            args.sink_retry_horizon, defaults.sink_retry_horizon_seconds
         ),
         metrics_port=args.metrics_port,
         metrics_host=args.metrics_host or defaults.metrics_host,
         maintain_every_batches=args.maintain_every or defaults.maintain_every_batches,
-        driver_batch_max_records=(
-            defaults.driver_batch_max_records
-            if args.driver_batch_records is None
-            else args.driver_batch_records
+        driver_batch_max_records=_given(
+            args.driver_batch_records, defaults.driver_batch_max_records
         ),
     )
+
+
+def _given(value: _T | None, default: _T) -> _T:
+    """An option's value when given (0 included), else the job's default."""
+    return default if value is None else value
 
 
 def connector_status(connections: Connections, mapping: MappingFile) -> ConnectorStatus | None:

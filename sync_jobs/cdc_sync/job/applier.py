@@ -207,8 +207,9 @@ class BatchApplier:
         newest schema (`table_schemas`) meets `on_schema_change`; targets evolve here, on the
         driver, so no write runs against a target that lacks a column."""
         started = time.monotonic()
-        metrics = BatchMetrics(batch_id, records=records, changes=changes, compacted=compacted)
-        metrics.ran_on = ran_on
+        metrics = BatchMetrics(
+            batch_id, records=records, changes=changes, compacted=compacted, ran_on=ran_on
+        )
         metrics.stages.update(stage_seconds or {})
         metrics.offsets.update(offsets or {})
         metrics.commit_bound = commit_bound  # the batch's highest, heartbeats included

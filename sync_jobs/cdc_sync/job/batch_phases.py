@@ -161,6 +161,3 @@ class SmallBatches:
         if sum(span.size for span in ranges) > self.max_records:
             return None
         return ranges
-
-    def close(self) -> None:
-        return None

@@ -352,8 +352,6 @@ class SyncJob:
             sink.close()
         self.dead_letters.close()
         self.relay.close()
-        if self.processor.small is not None:
-            self.processor.small.close()
 
 
 def snapshot_progress(
