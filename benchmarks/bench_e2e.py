@@ -23,6 +23,7 @@ import platform
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,7 @@ sys.path[:0] = [str(ROOT), str(Path(__file__).resolve().parent)]  # tests.*, e2e
 from e2ebench import raw  # noqa: E402
 from e2ebench.ladder import StepPlan, run_step  # noqa: E402
 from e2ebench.load import MixedWorkload, load_rows  # noqa: E402
-from e2ebench.observe import tree_usage  # noqa: E402
+from e2ebench.observe import cpu_snapshot, tree_usage  # noqa: E402
 from e2ebench.pipeline import (  # noqa: E402
     MAPPING,
     SinkCounter,
@@ -56,7 +57,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="500 customers, 5,000 orders, rates 20,100, 20 s steps")  # fmt: skip
     parser.add_argument("--customers", type=int, help="parent rows (default 5000)")
     parser.add_argument("--orders", type=int, help="child rows (default 10 x customers)")
-    parser.add_argument("--rates", help="changes/s ladder (default 20,100,300,1000)")
+    parser.add_argument(
+        "--rates", help="changes/s ladder (default 20,100,300,1000; none: initial sync only)"
+    )
     parser.add_argument("--step-seconds", type=float, help="workload seconds per step (60)")
     parser.add_argument("--probe-interval", type=float, default=0.5, help="seconds between probes")
     parser.add_argument(
@@ -90,20 +93,29 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     quick = args.quick
     args.customers = args.customers or (500 if quick else 5000)
     args.orders = args.orders or 10 * args.customers
-    args.rates = [
-        float(r) for r in (args.rates or ("20,100" if quick else "20,100,300,1000")).split(",")
-    ]
+    ladder = args.rates or ("20,100" if quick else "20,100,300,1000")
+    args.rates = [] if ladder == "none" else [float(r) for r in ladder.split(",")]
     args.step_seconds = args.step_seconds or (20.0 if quick else 60.0)
     return args
 
 
 def initial_sync(
-    counter: SinkCounter, capture: Any, expected: int, started: float
+    counter: SinkCounter,
+    capture: Any,
+    expected: int,
+    started: float,
+    cpu_before: Callable[[], dict[str, float]],
 ) -> dict[str, Any]:
+    """Seconds until each sink holds every row, and the CPU each part of the pipeline spent
+    meanwhile (`cpu_before` reads the counters; called once now, once at the end)."""
+    before = cpu_before()
     capture.wait_ready(timeout_seconds=600)
     capture_seconds = time.monotonic() - started
     reached = counter.wait_all(expected, timeout=1800, started=started)
+    after = cpu_before()
     return {
+        "cpu_seconds": {name: round(after[name] - before[name], 1) for name in after},
+        "cores": os.cpu_count(),
         "rows": expected,
         "capture_seconds": round(capture_seconds, 1),
         "seconds": {k: round(v, 1) for k, v in reached.items()},
@@ -147,13 +159,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         job = start_job(connections, run_dir, job_args)
         assert job.process is not None
         counter = SinkCounter(mapping, connections)
+        services = {s.name: s.pid for s in stack.started()}
+        job_pid = job.process.pid
         started = time.monotonic()
         capture = start_capture(connections, run_dir)
         result["initial_sync"] = initial_sync(
-            counter, capture, sum(result["rows"].values()), started
-        )
+            counter, capture, sum(result["rows"].values()), started,
+            lambda: cpu_snapshot(job_pid, services),
+        )  # fmt: skip
         log.info("initial sync %s", result["initial_sync"])
-        services = {s.name: s.pid for s in stack.started()}
         detail_log = job_log(run_dir)
         workload = MixedWorkload(urls.pg_url, args.customers, args.orders, PROBE_ROWS + 1)
         sampler = Sampler(mapping, connections, PROBE_ROWS)

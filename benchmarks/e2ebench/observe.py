@@ -40,6 +40,18 @@ def process_tree(pid: int) -> list[int]:
     return found
 
 
+def cpu_snapshot(job_pid: int, services: dict[str, int]) -> dict[str, float]:
+    """Cumulative CPU seconds per part of the pipeline: the job's process tree, the embedded
+    capture (this process: Debezium's JVM runs in it) and each service of the stack."""
+    own = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+    found = {
+        "job": tree_usage(job_pid).cpu_seconds,
+        "capture": (int(own[11]) + int(own[12])) / CLOCK_TICKS,
+    }
+    found.update({name: tree_usage(pid).cpu_seconds for name, pid in services.items()})
+    return found
+
+
 @dataclass(frozen=True)
 class Usage:
     cpu_seconds: float
@@ -47,7 +59,9 @@ class Usage:
 
 
 def tree_usage(pid: int) -> Usage:
-    """CPU seconds (user + system, live processes only) and RSS of `pid` and its descendants."""
+    """CPU seconds and RSS of `pid` and its descendants. The CPU counts user + system time of
+    the live processes and of the children they reaped (Spark's Python workers come and go;
+    their time moves to the daemon that reaped them), so it never goes backwards."""
     cpu, rss = 0.0, 0
     for member in process_tree(pid):
         try:
@@ -55,7 +69,7 @@ def tree_usage(pid: int) -> Usage:
             pages = int(Path(f"/proc/{member}/statm").read_text().split()[1])
         except OSError:
             continue  # exited meanwhile
-        cpu += (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+        cpu += sum(int(ticks) for ticks in fields[11:15]) / CLOCK_TICKS  # utime..cstime
         rss += pages * PAGE_BYTES
     return Usage(cpu, rss)
 

@@ -30,6 +30,27 @@ def rss_drift(step: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def cpu_budget(initial: dict[str, Any], target_rate: float) -> dict[str, Any]:
+    """What the initial sync's CPU says about its bound. Every part of the pipeline shares the
+    machine's cores: the sync cannot end before their CPU seconds, spread over every core,
+    have run (`floor`), nor, with a job costing nothing, before the rest of the pipeline's
+    (`floor_without_job`). Where that exceeds the target's time, no job can meet the target on
+    this machine; otherwise `job_budget` is the CPU the job may spend to meet it."""
+    cpu = initial["cpu_seconds"]
+    cores = initial["cores"]
+    wall = max(initial["seconds"].values())
+    total = sum(cpu.values())
+    target_seconds = initial["rows"] / target_rate
+    without_job = total - cpu["job"]
+    return {
+        "busy_percent": round(100 * total / (cores * wall), 1),
+        "floor_seconds": round(total / cores, 1),
+        "floor_without_job_seconds": round(without_job / cores, 1),
+        "target_seconds": round(target_seconds, 1),
+        "job_budget_cpu_seconds": round(cores * target_seconds - without_job, 1),
+    }
+
+
 def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
@@ -54,6 +75,8 @@ def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
             "figure": f"{rate:.0f} rows/s = {rate / slowest:.2f} x",
             "met": rate >= 0.8 * slowest,
         })  # fmt: skip
+        if "cpu_seconds" in initial:
+            found[-1]["bound"] = cpu_budget(initial, 0.8 * slowest)
     steps = result.get("streaming", [])
     at_100 = next((s for s in steps if s["target_rate"] == 100), None)
     if at_100:
@@ -165,9 +188,29 @@ def render(result: dict[str, Any]) -> str:
                 ]
             )
         lines += _table(["rate", "batches", "records/batch", "interval", *names], rows)
+    if initial.get("cpu_seconds"):
+        lines += ["", *_cpu_lines(initial, result["targets"])]
     lines += ["", "targets (issue 9)"]
     lines += _table(
         ["target", "figure", "met"],
         [[t["target"], t["figure"], "yes" if t["met"] else "NO"] for t in result["targets"]],
     )
     return "\n".join(lines)
+
+
+def _cpu_lines(initial: dict[str, Any], found: list[dict[str, Any]]) -> list[str]:
+    cpu = initial["cpu_seconds"]
+    lines = [
+        f"initial sync CPU seconds ({initial['cores']} cores): "
+        + ", ".join(f"{name} {secs:.1f}" for name, secs in sorted(cpu.items(), key=lambda i: -i[1]))
+    ]
+    bound = next((t["bound"] for t in found if "bound" in t), None)
+    if bound is not None:
+        lines.append(
+            f"  machine busy {bound['busy_percent']:.0f}%; this work needs >= "
+            f"{bound['floor_seconds']:.1f} s on these cores, the pipeline without the job "
+            f">= {bound['floor_without_job_seconds']:.1f} s; the 0.8 x target is "
+            f"{bound['target_seconds']:.1f} s, leaving the job "
+            f"{bound['job_budget_cpu_seconds']:.1f} CPU s (it spent {cpu['job']:.1f})"
+        )
+    return lines
