@@ -124,3 +124,32 @@ def test_the_rss_drift_leaves_out_the_warm_up_and_compares_medians() -> None:
     # A leak: RSS grows all along.
     growing = {"job_rss_mb": {"every_30_s": list(range(1400, 2000, 10)), "last": 1990}}
     assert rss_drift(growing)["drift_percent"] > 10
+
+
+def test_the_initial_syncs_cpu_says_when_no_job_could_meet_the_target() -> None:
+    # 11,000 rows; the target (0.8 x 1,000 rows/s) is 13.75 s, 27.5 CPU seconds on 2 cores.
+    initial = {
+        "rows": 11000,
+        "cores": 2,
+        "seconds": {"search": 20.0, "redis": 18.0, "delta": 21.0},
+        "all_sinks_rows_per_second": 11000 / 21.0,
+        "cpu_seconds": {"job": 12.0, "capture": 14.0, "search": 16.0, "tansu": 0.5},
+    }
+    result = {
+        "raw": {
+            "rows_per_second": {"search": 1000.0, "redis": 30000.0, "delta": 50000.0},
+            "search_updates_per_second": 900.0,
+        },
+        "initial_sync": initial,
+    }
+
+    found = next(t for t in targets(result) if t["target"].startswith("initial"))
+
+    assert not found["met"]
+    bound = found["bound"]
+    assert bound["target_seconds"] == 13.8
+    assert bound["busy_percent"] == 101.2  # 42.5 CPU s over 2 x 21 s
+    assert bound["floor_seconds"] == 21.2
+    # Without the job, capture and search alone need 30.5 CPU s: more than the target allows.
+    assert bound["floor_without_job_seconds"] == 15.2
+    assert bound["job_budget_cpu_seconds"] == -3.0
