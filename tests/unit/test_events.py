@@ -97,6 +97,28 @@ def test_malformed_records_name_the_failing_field(
     assert "cdc.shop.products[0]@9" in str(raised.value)
 
 
+def test_json_the_fast_parser_refuses_still_parses_as_json_reads_it() -> None:
+    # orjson reads records first; NaN tokens and integers past 64 bits are JSON Python's json
+    # module reads, so they fall back to it instead of becoming malformed records.
+    fields = [
+        {"type": "int32", "optional": False, "field": "id"},
+        {"type": "float64", "optional": True, "field": "ratio"},
+        {"type": "int64", "optional": True, "field": "big"},
+    ]
+    after = {"id": 1, "ratio": 0.5, "big": 7}
+    value = envelope_bytes("products", "c", 3, after, fields=fields)
+    value = value.replace(b'"ratio": 0.5', b'"ratio": NaN').replace(
+        b'"big": 7', b'"big": 1' + b"0" * 20
+    )
+    parsed = parse_record(key_bytes("products", {"id": 1}), value, coords(4))
+    assert isinstance(parsed, Change) and parsed.row is not None
+    assert parsed.row["ratio"] != parsed.row["ratio"]  # NaN
+    assert parsed.row["big"] == 10**20
+    with pytest.raises(MalformedRecord) as raised:
+        parse_record(key_bytes("products", {"id": 1}), b"\xff{", coords(5))
+    assert raised.value.field_path == "value"
+
+
 def test_records_without_schemas_parse_with_catalog_schemas() -> None:
     from cdc_sync.core.types import KnownSchema
     from cdc_sync.schema import Column, ColumnType, RowSchema, TypeKind

@@ -188,3 +188,19 @@ def test_spark_schema_mirrors_the_arrow_schema() -> None:
     assert spark["id"].dataType.simpleString() == "bigint" and not spark["id"].nullable
     assert spark["price"].dataType.simpleString() == "decimal(10,2)"
     assert spark["at"].dataType.simpleString() == "timestamp"
+
+
+def test_a_schema_is_converted_once_per_distinct_text_and_a_changed_one_again() -> None:
+    # Every record carries its schema: a topic's records share one converted RowSchema (and its
+    # fingerprint), and a schema change (a column added) converts anew.
+    def spec(*names: str) -> dict[str, Any]:
+        return {"type": "struct", "fields": [field(n, "int32") for n in names]}
+
+    assert row_schema_from_connect(spec("a", "b")) is row_schema_from_connect(spec("a", "b"))
+    widened = row_schema_from_connect(spec("a", "b", "c"))
+    assert widened.names == ("a", "b", "c")
+    assert widened.fingerprint != row_schema_from_connect(spec("a", "b")).fingerprint
+    with pytest.raises(SchemaConversionError):  # errors are raised every time, never cached
+        row_schema_from_connect({"type": "struct", "fields": [{"type": "int32"}]})
+    with pytest.raises(SchemaConversionError):
+        row_schema_from_connect({"type": "struct", "fields": [{"type": "int32"}]})

@@ -14,6 +14,8 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import orjson
+
 from cdc_sync.core.model import Change, Coordinates, KnownSchemas, Op, TableId, Tombstone
 from cdc_sync.core.types import RowSchema
 from cdc_sync.schema import convert_row, row_schema_from_connect
@@ -93,6 +95,10 @@ def table_from_topic(coordinates: Coordinates) -> TableId:
 def _load_json(raw: bytes | None, coordinates: Coordinates, where: str) -> Any:
     if raw is None:
         return None
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        pass  # NaN/Infinity tokens or integers past 64 bits, which json reads and orjson not
     try:
         return json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:

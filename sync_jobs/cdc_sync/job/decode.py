@@ -175,30 +175,37 @@ def load_change(row: dict[str, object]) -> Change:
 
 
 def fold_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """Input sorted by key (then version); a key's changes may span Arrow batches."""
+    """Input sorted by key (then version); a key's changes may span Arrow batches. A key is
+    (table, doc_id): doc ids are injective per table (DESIGN.md)."""
     pending: list[dict[str, object]] = []
-    group: list[Change] = []
-    fingerprints: dict[Coordinates, object] = {}
+    group: list[dict[str, object]] = []
     for batch in batches:
         for row in batch.to_pylist():
-            change = load_change(row)
-            if group and (group[0].table, group[0].key) != (change.table, change.key):
-                pending.append(_folded_group(group, fingerprints))
-                group, fingerprints = [], {}
-            group.append(change)
-            fingerprints[change.coordinates] = row["schema_fp"]
+            if group and (group[0]["table"], group[0]["doc_id"]) != (row["table"], row["doc_id"]):
+                pending.append(_folded_group(group))
+                group = []
+            group.append(row)
         if len(pending) >= 4096:
             yield pa.RecordBatch.from_pylist(pending, schema=DECODED_SCHEMA)
             pending = []
     if group:
-        pending.append(_folded_group(group, fingerprints))
+        pending.append(_folded_group(group))
     if pending:
         yield pa.RecordBatch.from_pylist(pending, schema=DECODED_SCHEMA)
 
 
-def _folded_group(
-    group: list[Change], fingerprints: dict[Coordinates, object]
-) -> dict[str, object]:
+FOLDED_COLUMNS = ("topic", "partition", "offset", "table", "doc_id", "version", "bound", "change")
+
+
+def _folded_group(rows: list[dict[str, object]]) -> dict[str, object]:
+    if len(rows) == 1:
+        # A key changed once in the batch (every key of a snapshot): folding leaves the change
+        # as it is, so its decoded row is its folded row, without unpickling and pickling it.
+        row = rows[0]
+        return {"kind": KIND_CHANGE, **{name: row[name] for name in FOLDED_COLUMNS},
+                "schema_fp": row["schema_fp"]}  # fmt: skip
+    group = [load_change(row) for row in rows]
+    fingerprints = {c.coordinates: row["schema_fp"] for c, row in zip(group, rows, strict=True)}
     state = fold_key(group)
     source = state
     if state.resolve_from_source:  # read as a whole row: it travels with the create's schema
