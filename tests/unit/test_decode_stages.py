@@ -137,7 +137,7 @@ def test_a_key_changed_once_folds_to_its_decoded_change_as_fold_key_would() -> N
     # Keys changed once skip the unpickle/pickle of the fold: the row must be what folding it
     # gives, for an upsert with an unchanged TOAST column, a delete and a tombstone delete.
     toasted = product(1) | {"description": UNAVAILABLE}
-    records = [
+    records: list[tuple[bytes | None, bytes | None]] = [
         (key_bytes("products", {"id": 1}), envelope_bytes("products", "u", 4, toasted)),
         (key_bytes("products", {"id": 2}), envelope_bytes("products", "d", 5, None, product(2))),
         (key_bytes("products", {"id": 3}), None),
