@@ -49,6 +49,7 @@ from cdc_sync.mapping import load_mapping  # noqa: E402
 
 log = logging.getLogger("bench_e2e")
 PROBE_ROWS = 32
+SEARCH_SERVICE = "search"  # the stack's name for the search server (service CPU columns)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -144,10 +145,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     try:
         result["rows"] = load_rows(urls.pg_url, args.customers, args.orders)
         log.info("loaded %s", result["rows"])
+        services = {s.name: s.pid for s in stack.started()}
+        search_pid = services[SEARCH_SERVICE]
         rates = raw.measure(urls.pg_url, mapping, urls.search_url, "opensearch", urls.redis_url,
-                            run_dir / "raw-delta")  # fmt: skip
+                            run_dir / "raw-delta",
+                            lambda: tree_usage(search_pid).cpu_seconds)  # fmt: skip
         result["raw"] = {
             "search_updates_per_second": round(rates.search_updates, 1),
+            "search_cpu_seconds": rates.search_cpu_seconds,
             "rows": rates.rows,
             "rows_per_second": {k: round(v, 1) for k, v in rates.per_sink.items()},
         }
@@ -159,7 +164,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         job = start_job(connections, run_dir, job_args)
         assert job.process is not None
         counter = SinkCounter(mapping, connections)
-        services = {s.name: s.pid for s in stack.started()}
         job_pid = job.process.pid
         started = time.monotonic()
         capture = start_capture(connections, run_dir)

@@ -11,6 +11,7 @@ import json
 import random
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date, datetime
 from decimal import Decimal
@@ -39,6 +40,7 @@ class RawRates:
     rows: int
     per_sink: dict[str, float]  # rows/s, new rows
     search_updates: float  # documents/s re-indexing existing documents of the loaded index
+    search_cpu_seconds: float | None  # the search server's CPU for the raw insert of `rows`
 
     @property
     def slowest(self) -> tuple[str, float]:
@@ -176,10 +178,14 @@ def measure(
     client_kind: str,
     redis_url: str,
     scratch: Path,
+    search_cpu: Callable[[], float] | None = None,
 ) -> RawRates:
+    """`search_cpu`: reads the search server's CPU seconds, to tell what the raw insert cost it."""
     rows = read_rows(pg_url, mapping)
     try:
+        cpu_before = search_cpu() if search_cpu else 0.0
         search = search_rate(search_url, client_kind, mapping, rows)
+        cpu = search_cpu() - cpu_before if search_cpu else None
         updates = search_update_rate(search_url, client_kind, rows)
     finally:
         drop_scratch_indices(search_url, client_kind, rows)
@@ -191,4 +197,5 @@ def measure(
             "delta": delta_rate(scratch, rows),
         },
         updates,
+        cpu,
     )

@@ -30,18 +30,25 @@ def rss_drift(step: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def cpu_budget(initial: dict[str, Any], target_rate: float) -> dict[str, Any]:
+def cpu_budget(
+    initial: dict[str, Any], target_rate: float, raw_search_cpu: float | None = None
+) -> dict[str, Any]:
     """What the initial sync's CPU says about its bound. Every part of the pipeline shares the
     machine's cores: the sync cannot end before their CPU seconds, spread over every core,
     have run (`floor`), nor, with a job costing nothing, before the rest of the pipeline's
     (`floor_without_job`). Where that exceeds the target's time, no job can meet the target on
-    this machine; otherwise `job_budget` is the CPU the job may spend to meet it."""
-    cpu = initial["cpu_seconds"]
+    this machine; otherwise `job_budget` is the CPU the job may spend to meet it.
+    `raw_search_cpu`: what the same rows cost the search server in the raw bulk; the search
+    server is counted at that cost where the sync cost it more (the job's writes may be what
+    makes it dearer), so the bound holds for any job."""
+    cpu = dict(initial["cpu_seconds"])
     cores = initial["cores"]
     wall = max(initial["seconds"].values())
     total = sum(cpu.values())
     target_seconds = initial["rows"] / target_rate
-    without_job = total - cpu["job"]
+    if raw_search_cpu is not None and "search" in cpu:
+        cpu["search"] = min(cpu["search"], raw_search_cpu * initial["rows"] / initial["raw_rows"])
+    without_job = sum(cpu.values()) - cpu["job"]
     return {
         "busy_percent": round(100 * total / (cores * wall), 1),
         "floor_seconds": round(total / cores, 1),
@@ -76,7 +83,12 @@ def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
             "met": rate >= 0.8 * slowest,
         })  # fmt: skip
         if "cpu_seconds" in initial:
-            found[-1]["bound"] = cpu_budget(initial, 0.8 * slowest)
+            raw_search_cpu = result["raw"].get("search_cpu_seconds")
+            found[-1]["bound"] = cpu_budget(
+                initial | {"raw_rows": result["raw"].get("rows", initial["rows"])},
+                0.8 * slowest,
+                raw_search_cpu,
+            )
     steps = result.get("streaming", [])
     at_100 = next((s for s in steps if s["target_rate"] == 100), None)
     if at_100:
@@ -209,7 +221,8 @@ def _cpu_lines(initial: dict[str, Any], found: list[dict[str, Any]]) -> list[str
         lines.append(
             f"  machine busy {bound['busy_percent']:.0f}%; this work needs >= "
             f"{bound['floor_seconds']:.1f} s on these cores, the pipeline without the job "
-            f">= {bound['floor_without_job_seconds']:.1f} s; the 0.8 x target is "
+            f"(search at its raw CPU cost) >= {bound['floor_without_job_seconds']:.1f} s; "
+            "the 0.8 x target is "
             f"{bound['target_seconds']:.1f} s, leaving the job "
             f"{bound['job_budget_cpu_seconds']:.1f} CPU s (it spent {cpu['job']:.1f})"
         )

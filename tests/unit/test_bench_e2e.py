@@ -153,3 +153,9 @@ def test_the_initial_syncs_cpu_says_when_no_job_could_meet_the_target() -> None:
     # Without the job, capture and search alone need 30.5 CPU s: more than the target allows.
     assert bound["floor_without_job_seconds"] == 15.2
     assert bound["job_budget_cpu_seconds"] == -3.0
+    # Where the raw bulk cost the search server less, that cost is what the bound counts.
+    result["raw"]["search_cpu_seconds"] = 10.0
+    result["raw"]["rows"] = 11000
+    bound = next(t for t in targets(result) if t["target"].startswith("initial"))["bound"]
+    assert bound["floor_without_job_seconds"] == 12.2  # (14 + 10 + 0.5) / 2
+    assert bound["job_budget_cpu_seconds"] == 3.0
