@@ -225,3 +225,18 @@ def test_a_kept_table_handle_sees_other_writers_commits_and_a_dropped_table(
     assert sorted(again.to_pyarrow_table()["id"].to_pylist()) == [1, 2]
     shutil.rmtree(path)
     assert handles.get(path) is None
+
+
+def test_a_key_deleted_again_is_fenced_by_its_newest_delete(tmp_path: Path) -> None:
+    # Tombstones are appended: a key deleted twice has two rows, and the newer one fences.
+    sink = DeltaSink(tmp_path, tombstone_retention_seconds=3600)
+    sink.ensure_target(ROUTE, change("c", 1, 1, product(1)).schema)
+    for op, lsn in (("c", 10), ("d", 20), ("c", 30), ("d", 40)):
+        sink.apply(ROUTE, [change(op, lsn, 1, product(1) if op == "c" else None)])
+    assert ROUTE.delta is not None
+    stones = DeltaTable(str(tombstone_path(tmp_path, ROUTE.delta))).to_pyarrow_table()
+    assert sorted(stones["_cdc_version"].to_pylist()) == [20, 40]
+    stale = sink.apply(ROUTE, [change("u", 35, 1, product(1, name="stale"))])
+    assert stale.fenced == 1 and rows(tmp_path) == {}
+    sink.apply(ROUTE, [change("u", 45, 1, product(1, name="back"))])
+    assert rows(tmp_path)[1]["name"] == "back"

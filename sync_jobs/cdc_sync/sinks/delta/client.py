@@ -1,9 +1,14 @@
-"""Fenced writes to Delta through deltalake (delta-rs): tombstones first, then one MERGE."""
+"""Fenced writes to Delta through deltalake (delta-rs): one MERGE of the unfenced changes while
+the batch's deletes are appended to the tombstone table beside it. Both commit before the batch
+does; either may land alone if the job dies between them, and the replayed batch writes both
+again (an append of the same tombstones only repeats rows whose highest version counts)."""
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from cdc_sync.mapping import DeltaRoute
@@ -24,8 +29,17 @@ class DeltaLakeWriter:
         )
 
     def write_batch(self, route: DeltaRoute, actions: DeltaActions) -> WriteResult:
-        self.tombstones.record(route, actions)
         source, fenced = self.tombstones.drop_fenced(route, actions)
+        with ThreadPoolExecutor(1, thread_name_prefix="delta-tombstones") as pool:
+            recording = pool.submit(self.tombstones.record, route, actions)
+            try:
+                return self._merge(route, actions, source, fenced)
+            finally:
+                recording.result()  # its error, if any, fails the write too
+
+    def _merge(
+        self, route: DeltaRoute, actions: DeltaActions, source: pa.Table, fenced: int
+    ) -> WriteResult:
         if source.num_rows == 0:
             return WriteResult(fenced=fenced)
         table = self.handles.get(table_path(self.warehouse, route))

@@ -4,6 +4,9 @@ A Delta MERGE cannot fence an upsert against a row that is gone, so each delete 
 a small Delta table (`<warehouse>/_cdc_tombstones/<schema>/<table>`: id, version, deleted_at) for
 the tombstone retention. Upserts older than a remembered delete of their key are stale and
 dropped before the MERGE (an equal version is the same transaction, later in Kafka order).
+Deletes are appended (a key deleted again has several rows; its highest version counts): an
+append writes one small file, where a MERGE first read and rewrote the table on every batch
+with deletes.
 Both writers (deltalake and delta-spark) keep it through deltalake: the table is small, and one
 code path means one behaviour (pruning included).
 """
@@ -16,6 +19,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from deltalake import write_deltalake
 
 from cdc_sync.mapping import DeltaRoute
 from cdc_sync.sinks.delta.actions import VERSION, DeltaActions
@@ -52,7 +56,7 @@ class TombstoneStore:
         self._writes: dict[str, int] = {}
 
     def record(self, route: DeltaRoute, actions: DeltaActions) -> None:
-        """Remember the batch's deletes (a newer delete of a key replaces an older one)."""
+        """Remember the batch's deletes (appended; a key's highest version counts)."""
         deleted = actions.deleted_ids
         if not deleted:
             return
@@ -71,18 +75,7 @@ class TombstoneStore:
             ensure_tombstones(self.warehouse, route)
             table = self.handles.get(path)
         assert table is not None
-        q = datafusion_quote
-        (
-            table.merge(
-                source,
-                predicate=f"t.{q(TOMBSTONE_ID)} = s.{q(TOMBSTONE_ID)}",
-                source_alias="s",
-                target_alias="t",
-            )
-            .when_matched_update_all(predicate=f"s.{q(VERSION)} >= t.{q(VERSION)}")
-            .when_not_matched_insert_all()
-            .execute()
-        )
+        write_deltalake(table, source, mode="append")
         self._maybe_compact(route)
 
     def _maybe_compact(self, route: DeltaRoute) -> None:
@@ -97,27 +90,43 @@ class TombstoneStore:
             table.optimize.compact()
 
     def drop_fenced(self, route: DeltaRoute, actions: DeltaActions) -> tuple[pa.Table, int]:
-        """The batch's source rows without the stale upserts, and how many were dropped."""
+        """The batch's source rows without the stale upserts, and how many were dropped: fenced
+        by the recorded deletes and by the batch's own, so it needs not wait for `record`."""
         upsert_ids = {c.doc_id: c.version for c in actions.changes if not c.is_delete}
-        table = self.handles.get(tombstone_path(self.warehouse, route)) if upsert_ids else None
-        if not upsert_ids or table is None:
+        if not upsert_ids:
             return actions.source, 0
-        # The tombstone table is small (pruned after the retention): filter in memory, where
-        # delta-rs' string_view columns compare fine with a plain string value set.
-        stones = table.to_pyarrow_table(columns=[TOMBSTONE_ID, VERSION])
-        ids = stones[TOMBSTONE_ID].cast(pa.string())
-        stones = pa.table({TOMBSTONE_ID: ids, VERSION: stones[VERSION]}).filter(
-            pc.is_in(ids, value_set=pa.array(list(upsert_ids), type=pa.string()))
-        )
-        deleted_at = dict(
-            zip(stones[TOMBSTONE_ID].to_pylist(), stones[VERSION].to_pylist(), strict=True)
-        )
+        deleted_at = self._recorded_deletes(route, list(upsert_ids))
+        for doc_id, version in actions.deleted_ids:
+            deleted_at[doc_id] = max(version, deleted_at.get(doc_id, version))
         keep = [
             change.is_delete or change.version >= deleted_at.get(change.doc_id, -1)
             for change in actions.changes
         ]
         fenced = keep.count(False)
         return (actions.source.filter(pa.array(keep)) if fenced else actions.source), fenced
+
+    def _recorded_deletes(self, route: DeltaRoute, doc_ids: list[str]) -> dict[str, int]:
+        """The highest recorded delete version of each of `doc_ids` that has one."""
+        table = self.handles.get(tombstone_path(self.warehouse, route))
+        if table is None:
+            return {}
+        # The tombstone table is small (pruned after the retention): filter in memory, where
+        # delta-rs' string_view columns compare fine with a plain string value set.
+        stones = table.to_pyarrow_table(columns=[TOMBSTONE_ID, VERSION])
+        ids = stones[TOMBSTONE_ID].cast(pa.string())
+        newest = (
+            pa.table({TOMBSTONE_ID: ids, VERSION: stones[VERSION]})
+            .filter(pc.is_in(ids, value_set=pa.array(doc_ids, type=pa.string())))
+            .group_by(TOMBSTONE_ID)
+            .aggregate([(VERSION, "max")])
+        )
+        return dict(
+            zip(
+                newest[TOMBSTONE_ID].to_pylist(),
+                newest[f"{VERSION}_max"].to_pylist(),
+                strict=True,
+            )
+        )
 
     def maybe_prune(self, route: DeltaRoute) -> None:
         """Forget tombstones older than the retention, at most every tenth of it."""
