@@ -77,6 +77,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--broker", default="tansu", choices=("tansu", "noida"))
     parser.add_argument(
+        "--partitions", type=int, help="partitions per captured topic (default: the connector's)"
+    )
+    parser.add_argument(
         "--trigger-seconds", type=float, help="the job's trigger (default: the job's own)"
     )
     parser.add_argument(
@@ -166,7 +169,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         counter = SinkCounter(mapping, connections)
         job_pid = job.process.pid
         started = time.monotonic()
-        capture = start_capture(connections, run_dir)
+        capture = start_capture(connections, run_dir, args.partitions)
         result["initial_sync"] = initial_sync(
             counter, capture, sum(result["rows"].values()), started,
             lambda: cpu_snapshot(job_pid, services),

@@ -4,6 +4,7 @@ are its own, sinks counted per table for the initial sync."""
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,8 +36,18 @@ def start_job(connections: Connections, run: Path, job_args: list[str]) -> JobPr
     return job
 
 
-def start_capture(connections: Connections, run: Path) -> CaptureEngine:
-    capture = CaptureEngine.from_file(CONNECTOR, connections, run / "capture")
+def start_capture(
+    connections: Connections, run: Path, partitions: int | None = None
+) -> CaptureEngine:
+    """The demo connector's capture; `partitions`: its topics' partition count instead of the
+    connector's (records keep their key's partition: murmur2, as Connect does)."""
+    connector = CONNECTOR
+    if partitions is not None:
+        document = json.loads(CONNECTOR.read_text())
+        document["config"]["topic.creation.default.partitions"] = str(partitions)
+        connector = run / "connector.json"
+        connector.write_text(json.dumps(document, indent=2))
+    capture = CaptureEngine.from_file(connector, connections, run / "capture")
     capture.start()
     return capture
 
