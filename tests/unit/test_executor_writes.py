@@ -3,27 +3,35 @@ carries a task's sink waits to the driver while the task still runs."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import threading
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
+from cdc_sync.core.model import Change
 from cdc_sync.core.retry import RetryPolicy
-from cdc_sync.job.decode import KIND_CHANGE, KIND_STATS, decode_and_fold
+from cdc_sync.job.decode import KIND_CHANGE, KIND_STATS, decode_and_fold, load_change
 from cdc_sync.job.health import SinkHealth, SinkState
 from cdc_sync.job.health_relay import HealthRelay, RelayObserver
 from cdc_sync.job.schema_changes import SchemaState
 from cdc_sync.job.spark_session import MASTER_VAR, spark_master
 from cdc_sync.job.stream import PartitionSplit, SideRows
+from cdc_sync.job.table_writes import write_table
 from cdc_sync.job.task_sinks import TaskSinkSpec
 from cdc_sync.job.task_writes import WRITE_COLUMNS, WritePlan, load_writes, write_partition
-from cdc_sync.schema import RowSchema
+from cdc_sync.mapping import TableRoute
+from cdc_sync.schema import RowSchema, row_schema_from_connect
+from cdc_sync.sinks.base import WriteResult
 from tests.changes import products_route
-from tests.envelopes import envelope_bytes, key_bytes, product
+from tests.envelopes import PRODUCT_FIELDS, envelope_bytes, key_bytes, product
 
 pytestmark = pytest.mark.unit
+PRODUCTS_SCHEMA = row_schema_from_connect({"type": "struct", "fields": PRODUCT_FIELDS})
 
 
 def folded_partition(versions: dict[int, list[int]]) -> pa.Table:
@@ -127,3 +135,52 @@ def test_a_kafka_partition_split_over_two_tasks_fails_the_batch_before_any_write
     assert side.offsets == {("cdc.shop.products", 1): 9} and side.counts[KIND_CHANGE] == 20
     with pytest.raises(PartitionSplit, match="partition 1 was read by 2 Spark tasks"):
         SideRows([stats_row("t1", 9), stats_row("t2", 19)])
+
+
+class MeetingSink:
+    """A row sink whose write returns only once the other sink's write has started too."""
+
+    def __init__(self, name: str, meeting: threading.Barrier, fails: bool = False) -> None:
+        self.name = name
+        self.meeting = meeting
+        self.fails = fails
+        self.applied: list[int] = []
+
+    def apply(self, route: TableRoute, changes: Sequence[Change]) -> WriteResult:
+        self.meeting.wait(timeout=5)  # written one after the other, this breaks
+        if self.fails:
+            raise ConnectionError(f"{self.name} is down")
+        self.applied = [c.version for c in changes]
+        return WriteResult(applied=len(changes))
+
+    def ensure_target(self, route: TableRoute, schema: RowSchema | None) -> None: ...
+
+    def record_watermark(self, routes: Mapping[str, TableRoute], position: int) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def folded_changes(versions: dict[int, list[int]]) -> list[Change]:
+    return [load_change(row) for row in folded_partition(versions).to_pylist()]
+
+
+def test_a_tables_row_sinks_are_written_at_once_and_each_reports_its_own_time() -> None:
+    meeting = threading.Barrier(2)
+    search, cache = MeetingSink("search", meeting), MeetingSink("redis", meeting)
+    changes = [
+        dataclasses.replace(c, schema=PRODUCTS_SCHEMA) for c in folded_changes({1: [3], 2: [5]})
+    ]
+    written = write_table(products_route(), SchemaState(PRODUCTS_SCHEMA, False), changes,
+                          [search, cache], None)  # fmt: skip
+    assert search.applied == cache.applied == [3, 5]
+    assert set(written.results) == set(written.seconds) == {"search", "redis"}
+
+
+def test_a_failing_sink_fails_the_table_write_after_the_other_sink_finished() -> None:
+    meeting = threading.Barrier(2)
+    search, cache = MeetingSink("search", meeting, fails=True), MeetingSink("redis", meeting)
+    changes = [dataclasses.replace(c, schema=PRODUCTS_SCHEMA) for c in folded_changes({1: [3]})]
+    with pytest.raises(ConnectionError, match="search is down"):
+        write_table(products_route(), SchemaState(PRODUCTS_SCHEMA, False), changes,
+                    [search, cache], None)  # fmt: skip
+    assert cache.applied == [3]
