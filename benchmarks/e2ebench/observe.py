@@ -48,8 +48,33 @@ def cpu_snapshot(job_pid: int, services: dict[str, int]) -> dict[str, float]:
         "job": tree_usage(job_pid).cpu_seconds,
         "capture": (int(own[11]) + int(own[12])) / CLOCK_TICKS,
     }
+    found.update(job_cpu_by_part(job_pid))
     found.update({name: tree_usage(pid).cpu_seconds for name, pid in services.items()})
     return found
+
+
+JOB_PARTS = ("job: python driver", "job: spark jvm", "job: python workers")
+
+
+def job_cpu_by_part(job_pid: int) -> dict[str, float]:
+    """The job's CPU seconds split by process: the Python driver (`job_pid`), Spark's JVM, and
+    the Python worker processes (the daemon and the workers it forked, reaped ones included)."""
+    parts = dict.fromkeys(JOB_PARTS, 0.0)
+    for member in process_tree(job_pid):
+        try:
+            fields = Path(f"/proc/{member}/stat").read_text().rsplit(")", 1)[1].split()
+            command = Path(f"/proc/{member}/comm").read_text().strip()
+        except OSError:
+            continue
+        own = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+        reaped = (int(fields[13]) + int(fields[14])) / CLOCK_TICKS
+        if member == job_pid:  # its reaped children: the JVM, once the job ends
+            parts[JOB_PARTS[0]] += own
+        elif command == "java":  # the python daemon is its child, and reaps the workers
+            parts[JOB_PARTS[1]] += own
+        else:
+            parts[JOB_PARTS[2]] += own + reaped
+    return parts
 
 
 @dataclass(frozen=True)

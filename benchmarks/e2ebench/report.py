@@ -44,6 +44,8 @@ def cpu_budget(
     cpu = dict(initial["cpu_seconds"])
     cores = initial["cores"]
     wall = max(initial["seconds"].values())
+    for part in [name for name in cpu if name.startswith("job: ")]:
+        del cpu[part]  # in "job" already
     total = sum(cpu.values())
     target_seconds = initial["rows"] / target_rate
     if raw_search_cpu is not None and "search" in cpu:
@@ -212,10 +214,14 @@ def render(result: dict[str, Any]) -> str:
 
 def _cpu_lines(initial: dict[str, Any], found: list[dict[str, Any]]) -> list[str]:
     cpu = initial["cpu_seconds"]
+    parts = {name: secs for name, secs in cpu.items() if name.startswith("job: ")}
+    whole = {name: secs for name, secs in cpu.items() if name not in parts}
     lines = [
         f"initial sync CPU seconds ({initial['cores']} cores): "
-        + ", ".join(f"{name} {secs:.1f}" for name, secs in sorted(cpu.items(), key=lambda i: -i[1]))
+        + ", ".join(f"{n} {secs:.1f}" for n, secs in sorted(whole.items(), key=lambda i: -i[1]))
     ]
+    if parts:
+        lines.append("  the job's: " + ", ".join(f"{n[5:]} {s:.1f}" for n, s in parts.items()))
     bound = next((t["bound"] for t in found if "bound" in t), None)
     if bound is not None:
         lines.append(

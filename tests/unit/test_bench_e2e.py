@@ -133,7 +133,8 @@ def test_the_initial_syncs_cpu_says_when_no_job_could_meet_the_target() -> None:
         "cores": 2,
         "seconds": {"search": 20.0, "redis": 18.0, "delta": 21.0},
         "all_sinks_rows_per_second": 11000 / 21.0,
-        "cpu_seconds": {"job": 12.0, "capture": 14.0, "search": 16.0, "tansu": 0.5},
+        "cpu_seconds": {"job": 12.0, "capture": 14.0, "search": 16.0, "tansu": 0.5,
+                        "job: spark jvm": 7.0, "job: python workers": 5.0},  # fmt: skip
     }
     result = {
         "raw": {
