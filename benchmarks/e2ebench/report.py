@@ -51,12 +51,21 @@ def cpu_budget(
     if raw_search_cpu is not None and "search" in cpu:
         cpu["search"] = min(cpu["search"], raw_search_cpu * initial["rows"] / initial["raw_rows"])
     without_job = sum(cpu.values()) - cpu["job"]
+    budget = cores * target_seconds - without_job
+    jvm = initial["cpu_seconds"].get("job: spark jvm")
+    if budget < 0:
+        verdict = "no job can meet it here: the rest of the pipeline alone needs longer"
+    elif jvm is not None and jvm > budget:
+        verdict = f"no Spark job can meet it here: Spark's JVM alone spent {jvm:.1f} CPU s"
+    else:
+        verdict = "within reach: the job's CPU is what to cut"
     return {
+        "verdict": verdict,
         "busy_percent": round(100 * total / (cores * wall), 1),
         "floor_seconds": round(total / cores, 1),
         "floor_without_job_seconds": round(without_job / cores, 1),
         "target_seconds": round(target_seconds, 1),
-        "job_budget_cpu_seconds": round(cores * target_seconds - without_job, 1),
+        "job_budget_cpu_seconds": round(budget, 1),
     }
 
 
@@ -232,4 +241,5 @@ def _cpu_lines(initial: dict[str, Any], found: list[dict[str, Any]]) -> list[str
             f"{bound['target_seconds']:.1f} s, leaving the job "
             f"{bound['job_budget_cpu_seconds']:.1f} CPU s (it spent {cpu['job']:.1f})"
         )
+        lines.append(f"  bound: {bound['verdict']}")
     return lines

@@ -133,8 +133,14 @@ def test_the_initial_syncs_cpu_says_when_no_job_could_meet_the_target() -> None:
         "cores": 2,
         "seconds": {"search": 20.0, "redis": 18.0, "delta": 21.0},
         "all_sinks_rows_per_second": 11000 / 21.0,
-        "cpu_seconds": {"job": 12.0, "capture": 14.0, "search": 16.0, "tansu": 0.5,
-                        "job: spark jvm": 7.0, "job: python workers": 5.0},  # fmt: skip
+        "cpu_seconds": {
+            "job": 12.0,
+            "capture": 14.0,
+            "search": 16.0,
+            "tansu": 0.5,
+            "job: spark jvm": 7.0,
+            "job: python workers": 5.0,
+        },
     }
     result = {
         "raw": {
@@ -154,9 +160,11 @@ def test_the_initial_syncs_cpu_says_when_no_job_could_meet_the_target() -> None:
     # Without the job, capture and search alone need 30.5 CPU s: more than the target allows.
     assert bound["floor_without_job_seconds"] == 15.2
     assert bound["job_budget_cpu_seconds"] == -3.0
+    assert bound["verdict"].startswith("no job can")
     # Where the raw bulk cost the search server less, that cost is what the bound counts.
     result["raw"]["search_cpu_seconds"] = 10.0
     result["raw"]["rows"] = 11000
     bound = next(t for t in targets(result) if t["target"].startswith("initial"))["bound"]
     assert bound["floor_without_job_seconds"] == 12.2  # (14 + 10 + 0.5) / 2
     assert bound["job_budget_cpu_seconds"] == 3.0
+    assert bound["verdict"].startswith("no Spark job")  # its JVM alone spent 7 CPU s
