@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -170,3 +172,17 @@ def test_read_back_returns_every_document_past_the_result_window(sink: SearchSin
     held = search_readback.documents(sink.backend, alias)
     assert len(held) == count
     assert held["10049"] == (10_050, {"n": 10_049})
+
+
+def test_concurrent_writes_share_the_clients_connections(
+    sink: SearchSink, route: TableRoute, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The driver commits tables in parallel through one client: no connection may be opened
+    # and thrown away per request.
+    def write(key: int) -> tuple[int, int, int]:
+        return apply(sink, route, change(route, "c", 10 + key, key, product(key)))
+
+    with caplog.at_level(logging.WARNING, logger="urllib3"), ThreadPoolExecutor(4) as pool:
+        assert list(pool.map(write, range(1, 9))) == [(1, 0, 0)] * 8
+    assert not [r for r in caplog.records if "pool is full" in r.getMessage()]
+    assert sorted(docs(sink, route), key=int) == [str(k) for k in range(1, 9)]

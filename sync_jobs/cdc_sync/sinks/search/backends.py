@@ -131,11 +131,22 @@ def connect(
     raise ValueError(f"search client_kind must be one of {', '.join(CLIENT_KINDS)}, got {kind!r}")
 
 
+# One backend serves the driver's parallel table commits and the watermark writer at once:
+# opensearch-py's pool otherwise keeps one connection, and every concurrent request opened and
+# then discarded one of its own ("Connection pool is full"), each batch. Elasticsearch's
+# client keeps 10 per node by default.
+CONNECTIONS_PER_NODE = 10
+
+
 class OpenSearchBackend:
     def __init__(self, url: str, timeout_seconds: float = DEFAULT_ATTEMPT_TIMEOUT_SECONDS) -> None:
         # Explicit per-request timeout (the client's default is 10 s): a timeout is transient.
         self.client = opensearchpy.OpenSearch(
-            hosts=[url], timeout=timeout_seconds, max_retries=0, retry_on_timeout=False
+            hosts=[url],
+            timeout=timeout_seconds,
+            max_retries=0,
+            retry_on_timeout=False,
+            pool_maxsize=CONNECTIONS_PER_NODE,
         )
 
     def alias_exists(self, alias: str) -> bool:
