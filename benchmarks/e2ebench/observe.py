@@ -123,13 +123,21 @@ class BatchLine:
     stages: dict[str, float]
 
 
-def spark_overheads(text: str) -> dict[int, float]:
+# Spark's phases before `foreachBatch` runs (end offsets, planning, the offset log): a change
+# read by a batch waits for these before any of its sinks is written.
+SPARK_PLAN_PHASES = ("latestOffset", "queryPlanning", "walCommit")
+
+
+def spark_overheads(text: str) -> dict[int, tuple[float, float]]:
     """Per batch, the seconds Spark spent outside `foreachBatch` (end offsets, planning, offset
-    and commit logs): the part of a batch no sink or stage of the job accounts for."""
-    found: dict[int, float] = {}
+    and commit logs): the part of a batch no sink or stage of the job accounts for; and the
+    part of them spent before `foreachBatch`."""
+    found: dict[int, tuple[float, float]] = {}
     for match in SPARK_LINE.finditer(text):
         phases = {name: int(ms) for name, ms in SPARK_PHASE.findall(match["phases"])}
-        found[int(match["batch"])] = (int(match["total"]) - phases.get("addBatch", 0)) / 1000
+        outside = (int(match["total"]) - phases.get("addBatch", 0)) / 1000
+        before = sum(phases.get(name, 0) for name in SPARK_PLAN_PHASES) / 1000
+        found[int(match["batch"])] = (outside, before)
     return found
 
 
@@ -143,7 +151,7 @@ def batch_lines(log: Path) -> list[BatchLine]:
             continue
         stages = {name: float(secs) for name, secs in STAGE.findall(match["stages"])}
         if int(match["batch"]) in spark:
-            stages["spark"] = spark[int(match["batch"])]
+            stages["spark"], stages["spark_plan"] = spark[int(match["batch"])]
         when = datetime.strptime(match["when"], "%Y-%m-%d %H:%M:%S,%f")
         found.append(
             BatchLine(

@@ -8,15 +8,17 @@ import logging
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from cdc_sync.job.applier import BatchMetrics
+from cdc_sync.job.query_progress import progress_line
 from cdc_sync.sinks.base import WriteResult
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from e2ebench.observe import batch_lines, stage_breakdown
-from e2ebench.report import rss_drift, targets
+from e2ebench.report import freshness_floor, rss_drift, targets
 from e2ebench.sampler import percentiles
 
 pytestmark = pytest.mark.unit
@@ -168,3 +170,35 @@ def test_the_initial_syncs_cpu_says_when_no_job_could_meet_the_target() -> None:
     assert bound["floor_without_job_seconds"] == 12.2  # (14 + 10 + 0.5) / 2
     assert bound["job_budget_cpu_seconds"] == 3.0
     assert bound["verdict"].startswith("no Spark job")  # its JVM alone spent 7 CPU s
+
+
+def test_sparks_phases_of_a_batch_and_the_freshness_floor_they_imply(tmp_path: Path) -> None:
+    metrics = BatchMetrics(4, records=60, seconds=0.3)
+    metrics.stages.update({"decode": 0.1, "delta": 0.2})
+    progress = SimpleNamespace(
+        batchId=4,
+        durationMs={"triggerExecution": 600, "latestOffset": 80, "queryPlanning": 10,
+                    "walCommit": 70, "addBatch": 350, "commitOffsets": 90},
+    )  # fmt: skip
+    spark = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s").format(
+        logging.LogRecord("cdc_sync.job.query_progress", logging.INFO, __file__, 1, "%s",
+                          (progress_line(progress),), None)
+    )  # fmt: skip
+    log = tmp_path / "job.log"
+    log.write_text(f"{job_log_line(metrics)}\n{spark}\n")
+
+    [line] = batch_lines(log)
+    assert line.stages["spark"] == 0.25 and line.stages["spark_plan"] == 0.16
+
+    stages = stage_breakdown([line], time.time() - 60, time.time() + 60)
+    floor = freshness_floor(stages)
+    assert floor is not None
+    # A batch takes >= 0.25 + 0.2 s; a change waits half of one, then planning and Delta.
+    assert floor["batch_floor_seconds"] == 0.45
+    assert floor["p50_floor_seconds"] == 0.585  # 0.225 + 0.16 + 0.2
+    result = {
+        "raw": {"rows_per_second": {"search": 900.0}, "search_updates_per_second": 500.0},
+        "streaming": [step(100, 0.7, 1.9, True) | {"stages": stages}],
+    }
+    at_100 = next(t for t in targets(result) if t["target"].startswith("100"))
+    assert not at_100["met"] and at_100["bound"] == floor
