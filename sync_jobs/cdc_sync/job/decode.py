@@ -194,16 +194,16 @@ def fold_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         yield pa.RecordBatch.from_pylist(pending, schema=DECODED_SCHEMA)
 
 
-FOLDED_COLUMNS = ("topic", "partition", "offset", "table", "doc_id", "version", "bound", "change")
+# A decoded change row's columns that a folded row carries as they are.
+FOLDED_COLUMNS = ("topic", "partition", "offset", "table", "doc_id", "version", "bound", "change",
+                  "schema_fp")  # fmt: skip
 
 
 def _folded_group(rows: list[dict[str, object]]) -> dict[str, object]:
     if len(rows) == 1:
         # A key changed once in the batch (every key of a snapshot): folding leaves the change
         # as it is, so its decoded row is its folded row, without unpickling and pickling it.
-        row = rows[0]
-        return {"kind": KIND_CHANGE, **{name: row[name] for name in FOLDED_COLUMNS},
-                "schema_fp": row["schema_fp"]}  # fmt: skip
+        return {"kind": KIND_CHANGE} | {name: rows[0][name] for name in FOLDED_COLUMNS}
     group = [load_change(row) for row in rows]
     fingerprints = {c.coordinates: row["schema_fp"] for c, row in zip(group, rows, strict=True)}
     state = fold_key(group)
