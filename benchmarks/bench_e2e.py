@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(Path(__file__).resolve().parent)]  # tests.*, e2ebench.*
 
 from e2ebench import raw  # noqa: E402
-from e2ebench.ladder import StepPlan, run_step  # noqa: E402
+from e2ebench.ladder import StepPlan, rate_ladder, run_step  # noqa: E402
 from e2ebench.load import MixedWorkload, load_rows  # noqa: E402
 from e2ebench.observe import cpu_snapshot, tree_usage  # noqa: E402
 from e2ebench.pipeline import (  # noqa: E402
@@ -41,7 +41,7 @@ from e2ebench.pipeline import (  # noqa: E402
     start_capture,
     start_job,
 )
-from e2ebench.report import render, rss_drift, targets  # noqa: E402
+from e2ebench.report import render, rss_drift, streaming_ceiling, targets  # noqa: E402
 from e2ebench.sampler import Sampler  # noqa: E402
 
 from cdc_sync.localstack.stack import LocalStack  # noqa: E402
@@ -179,7 +179,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         workload = MixedWorkload(urls.pg_url, args.customers, args.orders, PROBE_ROWS + 1)
         sampler = Sampler(mapping, connections, PROBE_ROWS)
         result["streaming"] = []
-        for rate in args.rates:
+        for rate in rate_ladder(args.rates, streaming_ceiling(result["raw"])[0]):
             plan = StepPlan(rate, args.step_seconds, args.probe_interval, args.drain_slack,
                             drain_timeout=max(60.0, 2 * args.step_seconds))  # fmt: skip
             step = run_step(plan, workload, sampler, job.process.pid, services, detail_log)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from dataclasses import dataclass
@@ -11,6 +12,9 @@ from typing import Any
 from e2ebench.load import MixedWorkload
 from e2ebench.observe import batch_lines, stage_breakdown, tree_usage
 from e2ebench.sampler import Sampler, latency_summary
+
+
+DRAIN_STEP_SHARE = 0.55  # of the ceiling: the drain target's 0.5, and room for the workload
 
 
 @dataclass(frozen=True)
@@ -88,3 +92,11 @@ def run_step(
         },
         "stages": stage_breakdown(batch_lines(job_log), wall_start, time.time()),
     }
+
+
+def rate_ladder(rates: list[float], ceiling: float) -> list[float]:
+    """The rates to step through: the asked ones, led by just over half the slowest raw rate a
+    stream meets when that is below them all (the drain target's rate; the search stand-in
+    re-indexes a few documents a second in a 50,000-document index), so that target is tried."""
+    half = float(math.ceil(DRAIN_STEP_SHARE * ceiling))
+    return [half, *rates] if rates and half < min(rates) else rates

@@ -17,6 +17,7 @@ from cdc_sync.job.query_progress import progress_line
 from cdc_sync.sinks.base import WriteResult
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+from e2ebench.ladder import rate_ladder
 from e2ebench.observe import batch_lines, stage_breakdown
 from e2ebench.report import freshness_floor, rss_drift, targets
 from e2ebench.sampler import percentiles
@@ -202,3 +203,19 @@ def test_sparks_phases_of_a_batch_and_the_freshness_floor_they_imply(tmp_path: P
     }
     at_100 = next(t for t in targets(result) if t["target"].startswith("100"))
     assert not at_100["met"] and at_100["bound"] == floor
+
+
+def test_the_ladder_tries_the_drain_target_and_100_per_s_is_bounded_by_a_slower_server() -> None:
+    # 50,000 orders on the search stand-in: it re-indexes ~3 documents a second.
+    assert rate_ladder([20, 100, 300], ceiling=3.4) == [2, 20, 100, 300]
+    assert rate_ladder([20, 100], ceiling=500) == [20, 100]
+    assert rate_ladder([], ceiling=3.4) == []
+    result = {
+        "raw": {
+            "rows_per_second": {"search": 2000.0, "redis": 80000.0, "delta": 900000.0},
+            "search_updates_per_second": 3.4,
+        },
+        "streaming": [step(1, 0.9, 2.0, True), step(20, 30.0, 50.0, False)],
+    }
+    at_100 = next(t for t in targets(result) if t["target"].startswith("100"))
+    assert not at_100["met"] and "search re-index rate, 3.4/s" in at_100["bound"]["verdict"]
