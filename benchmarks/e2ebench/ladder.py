@@ -13,7 +13,6 @@ from e2ebench.load import MixedWorkload
 from e2ebench.observe import batch_lines, stage_breakdown, tree_usage
 from e2ebench.sampler import Sampler, latency_summary
 
-
 DRAIN_STEP_SHARE = 0.55  # of the ceiling: the drain target's 0.5, and room for the workload
 
 
