@@ -156,6 +156,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         result["raw"] = {
             "search_updates_per_second": round(rates.search_updates, 1),
             "search_cpu_seconds": rates.search_cpu_seconds,
+            "search_update_bulks": {
+                "count": len(rates.search_update_bulk_seconds),
+                "max_seconds": round(max(rates.search_update_bulk_seconds), 3),
+                # freshness percentiles the server's own re-index stalls alone imply
+                "p99_wait_seconds": round(raw.wait_quantile(rates.search_update_bulk_seconds), 3),
+                "p95_wait_seconds": round(
+                    raw.wait_quantile(rates.search_update_bulk_seconds, 0.05), 3
+                ),
+            },
             "rows": rates.rows,
             "rows_per_second": {k: round(v, 1) for k, v in rates.per_sink.items()},
         }

@@ -32,7 +32,7 @@ RAW_TABLES = ("shop.customers", "shop.orders")  # the N parents and 10 N childre
 
 
 UPDATE_CHUNK = 10
-UPDATE_SECONDS = 10.0
+UPDATE_SECONDS = 30.0  # the stand-in stalls for seconds about once or twice a minute
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,7 @@ class RawRates:
     per_sink: dict[str, float]  # rows/s, new rows
     search_updates: float  # documents/s re-indexing existing documents of the loaded index
     search_cpu_seconds: float | None  # the search server's CPU for the raw insert of `rows`
+    search_update_bulk_seconds: list[float]  # each re-index bulk's seconds
 
     @property
     def slowest(self) -> tuple[str, float]:
@@ -98,28 +99,50 @@ def search_rate(
         backend.close()
 
 
-def search_update_rate(url: str, client_kind: str, rows: dict[str, list[dict[str, Any]]]) -> float:
-    """Re-index existing documents of the largest scratch index, 10 per bulk, for ~10 s: what
-    a stream of updates costs the server (inserts alone can hide it; see README Performance)."""
+def search_update_rate(
+    url: str, client_kind: str, rows: dict[str, list[dict[str, Any]]]
+) -> tuple[float, list[float]]:
+    """Re-index existing documents of the largest scratch index, 10 per bulk, back to back for
+    ~30 s: what a stream of updates costs the server (inserts alone can hide it; see README
+    Performance), and each bulk's seconds (the server's own stalls show there)."""
     backend = open_backend(client_kind, url, timeout_seconds=300)
     table, table_rows = max(rows.items(), key=lambda item: len(item[1]))
     index = f"bench_raw_{table.split('.')[1]}"
     rng = random.Random(1)
     version = len(table_rows) + 1
-    updated = 0
+    bulk_seconds: list[float] = []
     try:
         started = time.monotonic()
-        while updated == 0 or time.monotonic() - started < UPDATE_SECONDS:
+        while not bulk_seconds or time.monotonic() - started < UPDATE_SECONDS:
             lines: list[dict[str, Any]] = []
             for row in rng.sample(table_rows, UPDATE_CHUNK):
                 version += 1
                 header = {"_index": index, "_id": str(row["id"]), "version": version}
                 lines += [{"index": header | {"version_type": "external_gte"}}, row]
+            sent = time.monotonic()
             backend.bulk(lines)
-            updated += UPDATE_CHUNK
-        return updated / (time.monotonic() - started)
+            bulk_seconds.append(time.monotonic() - sent)
+        return UPDATE_CHUNK * len(bulk_seconds) / (time.monotonic() - started), bulk_seconds
     finally:
         backend.close()
+
+
+def wait_quantile(bulk_seconds: list[float], share: float = 0.01) -> float:
+    """The wait that `share` of writes arriving at random moments exceed, from the server's
+    back-to-back bulks alone: one arriving during a bulk waits at least the rest of it, so
+    P(wait > x) = sum(max(0, d - x)) / sum(d). A lower bound on that percentile of freshness
+    for anything the server writes, the job's writes included."""
+    total = sum(bulk_seconds)
+    if total <= 0:
+        return 0.0
+    low, high = 0.0, max(bulk_seconds)
+    for _ in range(50):  # bisection: the share falls as x rises
+        middle = (low + high) / 2
+        if sum(max(0.0, d - middle) for d in bulk_seconds) / total > share:
+            low = middle
+        else:
+            high = middle
+    return high
 
 
 def drop_scratch_indices(url: str, client_kind: str, rows: dict[str, list[dict[str, Any]]]) -> None:
@@ -186,7 +209,7 @@ def measure(
         cpu_before = search_cpu() if search_cpu else 0.0
         search = search_rate(search_url, client_kind, mapping, rows)
         cpu = search_cpu() - cpu_before if search_cpu else None
-        updates = search_update_rate(search_url, client_kind, rows)
+        updates, update_bulks = search_update_rate(search_url, client_kind, rows)
     finally:
         drop_scratch_indices(search_url, client_kind, rows)
     return RawRates(
@@ -198,4 +221,5 @@ def measure(
         },
         updates,
         cpu,
+        update_bulks,
     )
