@@ -131,7 +131,8 @@ def wait_quantile(bulk_seconds: list[float], share: float = 0.01) -> float:
     """The wait that `share` of writes arriving at random moments exceed, from the server's
     back-to-back bulks alone: one arriving during a bulk waits at least the rest of it, so
     P(wait > x) = sum(max(0, d - x)) / sum(d). A lower bound on that percentile of freshness
-    for anything the server writes, the job's writes included."""
+    for anything the server writes while it is kept as busy (near the highest draining rate);
+    a lighter load sees fewer stalls."""
     total = sum(bulk_seconds)
     if total <= 0:
         return 0.0

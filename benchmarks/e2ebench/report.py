@@ -99,8 +99,8 @@ def _stall_wait(raw: dict[str, Any], p99_target: float) -> str:
     if wait is None or wait <= p99_target:
         return ""
     return (
-        f"; the search server's own re-index stalls, with nothing else running, imply p99 >= "
-        f"{wait:.2f} s"
+        f"; the search server alone, kept busy re-indexing with nothing else running, makes 1% "
+        f"of writes wait >= {wait:.2f} s"
     )
 
 
@@ -211,8 +211,8 @@ def render(result: dict[str, Any]) -> str:
     bulks = result["raw"].get("search_update_bulks")
     if bulks:
         lines.append(
-            f"  its {bulks['count']} bulks took up to {bulks['max_seconds']:.2f} s: a write "
-            "arriving at a random moment waits on the server alone, p95 >= "
+            f"  its {bulks['count']} bulks took up to {bulks['max_seconds']:.2f} s: while it is "
+            "kept busy so, a write arriving at a random moment waits on the server alone, p95 >= "
             f"{bulks['p95_wait_seconds']:.2f} s, p99 >= {bulks['p99_wait_seconds']:.2f} s"
         )
     lines.append("")

@@ -236,5 +236,5 @@ def test_the_search_servers_own_stalls_bound_the_p99_of_anything_it_writes() -> 
         "streaming": [step(100, 0.45, 2.6, True), step(160, 0.9, 3.4, True)],
     }
     found = {t["target"].split(" ")[0]: t for t in targets(result)}
-    assert "p99 >= 2.45 s" in found["100"]["bound"]["verdict"]
+    assert "wait >= 2.45 s" in found["100"]["bound"]["verdict"]
     assert "bound" not in found["highest"]  # 2.45 s does not explain a p99 over 3 s
