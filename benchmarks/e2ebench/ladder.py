@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from e2ebench.load import MixedWorkload
-from e2ebench.observe import batch_lines, stage_breakdown, tree_usage
+from e2ebench.observe import CpuTracker, batch_lines, stage_breakdown, tree_usage
 from e2ebench.sampler import Sampler, latency_summary
 
 DRAIN_STEP_SHARE = 0.55  # of the ceiling: the drain target's 0.5, and room for the workload
@@ -36,7 +36,8 @@ def run_step(
     stop = threading.Event()
     probing = threading.Thread(target=sampler.run, args=(plan.probe_interval, stop), daemon=True)
     rss: list[int] = []
-    usage_before = tree_usage(job_pid)
+    job_cpu = CpuTracker(job_pid)
+    cpu_before = job_cpu.sample()
     service_cpu = {name: tree_usage(pid).cpu_seconds for name, pid in services.items()}
     wall_start, started = time.time(), time.monotonic()
     probing.start()
@@ -51,6 +52,7 @@ def run_step(
     writing.start()
     while writing.is_alive():
         rss.append(tree_usage(job_pid).rss_bytes)
+        job_cpu.sample()
         writing.join(timeout=1.0)
     stop.set()
     probing.join()
@@ -75,9 +77,7 @@ def run_step(
         "drained_in_seconds": None if drained_in is None else round(drained_in, 2),
         "drains": drained_in is not None and drained_in <= plan.drain_slack,
         "latency": latency_summary(probes),
-        "job_cpu_percent": round(
-            100 * (usage_after.cpu_seconds - usage_before.cpu_seconds) / elapsed, 1
-        ),
+        "job_cpu_percent": round(100 * (job_cpu.sample() - cpu_before) / elapsed, 1),
         "job_rss_mb": {
             "first": round(rss[0] / 2**20),
             "last": round(rss[-1] / 2**20),

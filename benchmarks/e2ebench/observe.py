@@ -77,6 +77,27 @@ def job_cpu_by_part(job_pid: int) -> dict[str, float]:
     return parts
 
 
+class CpuTracker:
+    """CPU seconds a process tree spent since the first sample, exited members included: each
+    member's own CPU as last seen, by (pid, start time). Spark's Python workers come and go,
+    and not every one is reaped into a parent's counters (live totals went negative). Sample
+    often: a member that starts and exits between two samples is missed."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.seen: dict[tuple[int, str], float] = {}
+
+    def sample(self) -> float:
+        for member in process_tree(self.pid):
+            try:
+                fields = Path(f"/proc/{member}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            key = (member, fields[19])  # starttime: a reused pid is another process
+            self.seen[key] = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+        return sum(self.seen.values())
+
+
 @dataclass(frozen=True)
 class Usage:
     cpu_seconds: float

@@ -5,6 +5,7 @@ the issue-9 targets it prints."""
 from __future__ import annotations
 
 import logging
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -18,7 +19,7 @@ from cdc_sync.sinks.base import WriteResult
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from e2ebench.ladder import rate_ladder
-from e2ebench.observe import batch_lines, stage_breakdown
+from e2ebench.observe import CpuTracker, batch_lines, process_tree, stage_breakdown, tree_usage
 from e2ebench.raw import wait_quantile
 from e2ebench.report import freshness_floor, rss_drift, targets
 from e2ebench.sampler import percentiles
@@ -238,3 +239,34 @@ def test_the_search_servers_own_stalls_bound_the_p99_of_anything_it_writes() -> 
     found = {t["target"].split(" ")[0]: t for t in targets(result)}
     assert "wait >= 2.45 s" in found["100"]["bound"]["verdict"]
     assert "bound" not in found["highest"]  # 2.45 s does not explain a p99 over 3 s
+
+
+PARENT_IGNORING_ITS_CHILDREN = """
+import os, signal, sys, time
+signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # exited children vanish: no cutime
+if os.fork() == 0:
+    while time.process_time() < 0.5:
+        pass
+    os._exit(0)
+time.sleep(30)
+"""
+
+
+def test_the_cpu_of_a_worker_that_exited_unreaped_stays_counted(tmp_path: Path) -> None:
+    script = tmp_path / "parent.py"
+    script.write_text(PARENT_IGNORING_ITS_CHILDREN)
+    parent = subprocess.Popen([sys.executable, str(script)])
+    try:
+        tracker = CpuTracker(parent.pid)
+        deadline = time.monotonic() + 20
+        while len(process_tree(parent.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        while len(process_tree(parent.pid)) == 2 and time.monotonic() < deadline:
+            during = tracker.sample()
+            time.sleep(0.05)
+        assert during >= 0.3  # the child burnt CPU, and the tracker saw most of it
+        assert tree_usage(parent.pid).cpu_seconds < 0.3  # live counters lost it
+        assert tracker.sample() >= during
+    finally:
+        parent.kill()
+        parent.wait()
