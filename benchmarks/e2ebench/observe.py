@@ -144,9 +144,9 @@ class BatchLine:
     stages: dict[str, float]
 
 
-# Spark's phases before `foreachBatch` runs (end offsets, planning, the offset log): a change
-# read by a batch waits for these before any of its sinks is written.
-SPARK_PLAN_PHASES = ("latestOffset", "queryPlanning", "walCommit")
+# Spark's phases between reading the end offsets and running `foreachBatch` (planning, the
+# offset log): a change the end offsets took in waits for these before any sink is written.
+SPARK_PLAN_PHASES = ("queryPlanning", "walCommit")
 
 
 def spark_overheads(text: str) -> dict[int, tuple[float, float]]:

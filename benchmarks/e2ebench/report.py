@@ -74,9 +74,10 @@ def freshness_floor(stages: dict[str, Any]) -> dict[str, Any] | None:
 
     Batches run back to back; a batch takes at least Spark's bookkeeping (`spark`: end offsets,
     planning, offset log, commit log) plus the Delta commit, which every batch with changes pays
-    whatever it holds. A change reaches Kafka at a random moment of the batch running then
-    (waiting half a batch, on median) and is read by the next, visible in Delta once that one
-    has planned (`spark_plan`) and committed Delta. Decode, the row writes and capture only add."""
+    whatever it holds. A change reaches Kafka at a random moment of the cycle between two
+    reads of the end offsets (waiting half a batch for the next read, on median) and is visible
+    in Delta once that batch has planned (`spark_plan`: planning, offset log) and committed
+    Delta. Decode, the row writes and capture only add."""
     means = stages.get("stage_mean_seconds", {})
     if not {"spark", "spark_plan", "delta"} <= means.keys():
         return None
@@ -87,7 +88,8 @@ def freshness_floor(stages: dict[str, Any]) -> dict[str, Any] | None:
         "p50_floor_seconds": round(p50, 3),
         "verdict": (
             f"p50 >= {p50:.2f} s from Spark's bookkeeping ({means['spark']:.2f} s a batch, "
-            f"{means['spark_plan']:.2f} s of it before the batch) and the Delta commit "
+            f"{means['spark_plan']:.2f} s of it after reading the end offsets and before the "
+            "batch) and the Delta commit "
             f"({means['delta']:.2f} s) alone"
         ),
     }

@@ -191,14 +191,14 @@ def test_sparks_phases_of_a_batch_and_the_freshness_floor_they_imply(tmp_path: P
     log.write_text(f"{job_log_line(metrics)}\n{spark}\n")
 
     [line] = batch_lines(log)
-    assert line.stages["spark"] == 0.25 and line.stages["spark_plan"] == 0.16
+    assert line.stages["spark"] == 0.25 and line.stages["spark_plan"] == 0.08
 
     stages = stage_breakdown([line], time.time() - 60, time.time() + 60)
     floor = freshness_floor(stages)
     assert floor is not None
     # A batch takes >= 0.25 + 0.2 s; a change waits half of one, then planning and Delta.
     assert floor["batch_floor_seconds"] == 0.45
-    assert floor["p50_floor_seconds"] == 0.585  # 0.225 + 0.16 + 0.2
+    assert floor["p50_floor_seconds"] == 0.505  # 0.225 + 0.08 + 0.2
     result = {
         "raw": {"rows_per_second": {"search": 900.0}, "search_updates_per_second": 500.0},
         "streaming": [step(100, 0.7, 1.9, True) | {"stages": stages}],
