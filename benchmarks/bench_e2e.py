@@ -16,6 +16,7 @@ table with issue 9's targets beside the figures and writes JSON
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
@@ -76,6 +77,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="then run 100 changes/s this long and report the RSS drift (issue 9: 30)",
     )
     parser.add_argument("--broker", default="tansu", choices=("tansu", "noida"))
+    parser.add_argument(
+        "--search-url",
+        help="a search server of your own (scratch: the run creates and drops its indices) "
+        "instead of the local stack's stand-in; its CPU is then not counted",
+    )
+    parser.add_argument(
+        "--search-client", default="opensearch", choices=("opensearch", "elasticsearch")
+    )
     parser.add_argument(
         "--partitions", type=int, help="partitions per captured topic (default: the connector's)"
     )
@@ -143,8 +152,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     run_dir = Path(args.state_dir).resolve() / f"run-{int(time.time())}"
     stack = LocalStack(run_dir / "stack", broker=args.broker, with_connect=False)
     urls = stack.start()
+    if args.search_url:
+        urls = dataclasses.replace(urls, search_url=args.search_url)
     mapping = load_mapping(MAPPING)
-    connections = urls.connections(run_dir / "warehouse")
+    connections = dataclasses.replace(
+        urls.connections(run_dir / "warehouse"), search_client=args.search_client
+    )
     result: dict[str, Any] = {
         "started": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": f"{platform.node()}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}",
@@ -155,9 +168,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         result["rows"] = load_rows(urls.pg_url, args.customers, args.orders)
         log.info("loaded %s", result["rows"])
         services = {s.name: s.pid for s in stack.started()}
-        search_pid = services[SEARCH_SERVICE]
-        rates = raw.measure(urls.pg_url, mapping, urls.search_url, "opensearch", urls.redis_url,
-                            run_dir / "raw-delta",
+        search_pid = services.pop(SEARCH_SERVICE)
+        if not args.search_url:  # the stand-in runs on these cores: count it
+            services[SEARCH_SERVICE] = search_pid
+        rates = raw.measure(urls.pg_url, mapping, urls.search_url, args.search_client,
+                            urls.redis_url, run_dir / "raw-delta",
+                            None if args.search_url else
                             lambda: tree_usage(search_pid).cpu_seconds)  # fmt: skip
         result["raw"] = {
             "search_updates_per_second": round(rates.search_updates, 1),
