@@ -95,6 +95,30 @@ def freshness_floor(stages: dict[str, Any]) -> dict[str, Any] | None:
     }
 
 
+def _drain_target(
+    result: dict[str, Any], steps: list[dict[str, Any]], ceiling: float, ceiling_name: str
+) -> dict[str, Any]:
+    draining = [s for s in steps if s["drains"]]
+    best = max(draining, key=lambda s: s["achieved_rate"]) if draining else None
+    p99 = best["latency"]["all"]["p99"] if best is not None else None
+    target = {
+        "target": f"highest rate that drains >= 0.5 x slowest raw ({ceiling_name} "
+        f"{ceiling:.1f}/s), p99 <= 3 s there",
+        "figure": (
+            f"{best['achieved_rate']:.0f} changes/s = {best['achieved_rate'] / ceiling:.2f} x, "
+            f"p99 {_ms(p99)} s"
+            if best is not None
+            else "no step drained"
+        ),
+        "met": best is not None and best["achieved_rate"] >= 0.5 * ceiling
+        and p99 is not None and p99 <= 3.0,
+    }  # fmt: skip
+    stalls = _stall_wait(result["raw"], 3.0)
+    if stalls:
+        target["bound"] = {"verdict": stalls.removeprefix("; ")}
+    return target
+
+
 def _stall_wait(raw: dict[str, Any], p99_target: float) -> str:
     """A clause saying the search server's own re-index stalls exceed a p99 target, if so."""
     wait = raw.get("search_update_bulks", {}).get("p99_wait_seconds")
@@ -173,24 +197,8 @@ def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
             found[-1]["bound"] = floor | {"verdict": floor["verdict"] + stalls}
         elif stalls:
             found[-1]["bound"] = {"verdict": stalls.removeprefix("; ")}
-    draining = [s for s in steps if s["drains"]]
-    best = max(draining, key=lambda s: s["achieved_rate"]) if draining else None
-    p99 = best["latency"]["all"]["p99"] if best is not None else None
-    found.append({
-        "target": f"highest rate that drains >= 0.5 x slowest raw ({ceiling_name} "
-        f"{ceiling:.1f}/s), p99 <= 3 s there",
-        "figure": (
-            f"{best['achieved_rate']:.0f} changes/s = {best['achieved_rate'] / ceiling:.2f} x, "
-            f"p99 {_ms(p99)} s"
-            if best is not None
-            else "no step drained"
-        ),
-        "met": best is not None and best["achieved_rate"] >= 0.5 * ceiling
-        and p99 is not None and p99 <= 3.0,
-    })  # fmt: skip
-    stalls = _stall_wait(result["raw"], 3.0)
-    if stalls:
-        found[-1]["bound"] = {"verdict": stalls.removeprefix("; ")}
+    if steps:  # the drain target needs a ladder (not run with --rates none)
+        found.append(_drain_target(result, steps, ceiling, ceiling_name))
     soak = result.get("rss_soak")
     if soak:
         found.append({
