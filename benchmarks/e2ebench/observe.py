@@ -16,16 +16,31 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 
 
+def _stat(pid: int | str) -> list[str]:
+    """The fields of /proc/PID/stat after the command name (index 0 is the state, field 3);
+    OSError once the process is gone."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
+def _own_cpu(fields: list[str]) -> float:
+    """utime + stime, in seconds."""
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def _reaped_cpu(fields: list[str]) -> float:
+    """cutime + cstime: the children this process waited for, in seconds."""
+    return (int(fields[13]) + int(fields[14])) / CLOCK_TICKS
+
+
 def _children() -> dict[int, list[int]]:
     tree: dict[int, list[int]] = defaultdict(list)
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            stat = (entry / "stat").read_text()
+            ppid = int(_stat(entry.name)[1])
         except OSError:
             continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
         tree[ppid].append(int(entry.name))
     return tree
 
@@ -43,11 +58,7 @@ def process_tree(pid: int) -> list[int]:
 def cpu_snapshot(job_pid: int, services: dict[str, int]) -> dict[str, float]:
     """Cumulative CPU seconds per part of the pipeline: the job's process tree, the embedded
     capture (this process: Debezium's JVM runs in it) and each service of the stack."""
-    own = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
-    found = {
-        "job": tree_usage(job_pid).cpu_seconds,
-        "capture": (int(own[11]) + int(own[12])) / CLOCK_TICKS,
-    }
+    found = {"job": tree_usage(job_pid).cpu_seconds, "capture": _own_cpu(_stat("self"))}
     found.update(job_cpu_by_part(job_pid))
     found.update({name: tree_usage(pid).cpu_seconds for name, pid in services.items()})
     return found
@@ -62,18 +73,16 @@ def job_cpu_by_part(job_pid: int) -> dict[str, float]:
     parts = dict.fromkeys(JOB_PARTS, 0.0)
     for member in process_tree(job_pid):
         try:
-            fields = Path(f"/proc/{member}/stat").read_text().rsplit(")", 1)[1].split()
+            fields = _stat(member)
             command = Path(f"/proc/{member}/comm").read_text().strip()
         except OSError:
             continue
-        own = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
-        reaped = (int(fields[13]) + int(fields[14])) / CLOCK_TICKS
         if member == job_pid:  # its reaped children: the JVM, once the job ends
-            parts[JOB_PARTS[0]] += own
+            parts[JOB_PARTS[0]] += _own_cpu(fields)
         elif command == "java":  # the python daemon is its child, and reaps the workers
-            parts[JOB_PARTS[1]] += own
+            parts[JOB_PARTS[1]] += _own_cpu(fields)
         else:
-            parts[JOB_PARTS[2]] += own + reaped
+            parts[JOB_PARTS[2]] += _own_cpu(fields) + _reaped_cpu(fields)
     return parts
 
 
@@ -90,11 +99,11 @@ class CpuTracker:
     def sample(self) -> float:
         for member in process_tree(self.pid):
             try:
-                fields = Path(f"/proc/{member}/stat").read_text().rsplit(")", 1)[1].split()
+                fields = _stat(member)
             except OSError:
                 continue
             key = (member, fields[19])  # starttime: a reused pid is another process
-            self.seen[key] = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+            self.seen[key] = _own_cpu(fields)
         return sum(self.seen.values())
 
 
@@ -106,16 +115,16 @@ class Usage:
 
 def tree_usage(pid: int) -> Usage:
     """CPU seconds and RSS of `pid` and its descendants. The CPU counts user + system time of
-    the live processes and of the children they reaped (Spark's Python workers come and go;
-    their time moves to the daemon that reaped them), so it never goes backwards."""
+    the live processes and of the children they waited for; a child that exits unreaped takes
+    its time with it (`CpuTracker` keeps it, for the streaming steps)."""
     cpu, rss = 0.0, 0
     for member in process_tree(pid):
         try:
-            fields = Path(f"/proc/{member}/stat").read_text().rsplit(")", 1)[1].split()
+            fields = _stat(member)
             pages = int(Path(f"/proc/{member}/statm").read_text().split()[1])
         except OSError:
             continue  # exited meanwhile
-        cpu += sum(int(ticks) for ticks in fields[11:15]) / CLOCK_TICKS  # utime..cstime
+        cpu += _own_cpu(fields) + _reaped_cpu(fields)
         rss += pages * PAGE_BYTES
     return Usage(cpu, rss)
 
