@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -77,6 +78,19 @@ def test_percentiles() -> None:
     assert percentiles([])["p50"] is None
 
 
+def raw_rates(
+    search: float, redis: float, delta: float, updates: float, **measured: Any
+) -> dict[str, Any]:
+    """A run's raw figures: each sink's insert rate, the search re-index rate, and more."""
+    rows = {"search": search, "redis": redis, "delta": delta}
+    return {"rows_per_second": rows, "search_updates_per_second": updates, **measured}
+
+
+def target(result: dict[str, Any], first_word: str) -> dict[str, Any]:
+    """The issue-9 target of `result` whose text starts with `first_word`."""
+    return next(t for t in targets(result) if t["target"].split(" ")[0] == first_word)
+
+
 def step(rate: float, p50: float, p99: float, drains: bool) -> dict[str, object]:
     latency = {"p50": p50, "p95": p99, "p99": p99, "max": p99}
     return {"target_rate": rate, "achieved_rate": rate, "drains": drains,
@@ -85,10 +99,7 @@ def step(rate: float, p50: float, p99: float, drains: bool) -> dict[str, object]
 
 def test_targets_compare_with_the_slowest_raw_rate_of_the_same_run() -> None:
     result = {
-        "raw": {
-            "rows_per_second": {"search": 500.0, "redis": 20000.0, "delta": 60000.0},
-            "search_updates_per_second": 800.0,
-        },
+        "raw": raw_rates(500.0, 20000.0, 60000.0, updates=800.0),
         "initial_sync": {"all_sinks_rows_per_second": 450.0},
         "streaming": [
             step(100, 0.3, 1.2, True),
@@ -109,14 +120,11 @@ def test_a_stream_is_held_to_the_search_servers_reindex_rate_when_that_is_slowes
     # Updates of existing documents are what a stream mostly is: where the server re-indexes
     # slower than any sink inserts, that rate is the ceiling the drain target compares with.
     result = {
-        "raw": {
-            "rows_per_second": {"search": 2000.0, "redis": 80000.0, "delta": 900000.0},
-            "search_updates_per_second": 4.0,
-        },
+        "raw": raw_rates(2000.0, 80000.0, 900000.0, updates=4.0),
         "streaming": [step(3, 0.9, 2.8, True), step(20, 17.0, 30.0, False)],
     }
 
-    drain = next(t for t in targets(result) if t["target"].startswith("highest"))
+    drain = target(result, "highest")
 
     assert "search re-index 4.0/s" in drain["target"]
     assert drain["met"] and "3 changes/s = 0.75 x" in drain["figure"]
@@ -148,14 +156,11 @@ def test_the_initial_syncs_cpu_says_when_no_job_could_meet_the_target() -> None:
         },
     }
     result = {
-        "raw": {
-            "rows_per_second": {"search": 1000.0, "redis": 30000.0, "delta": 50000.0},
-            "search_updates_per_second": 900.0,
-        },
+        "raw": raw_rates(1000.0, 30000.0, 50000.0, updates=900.0),
         "initial_sync": initial,
     }
 
-    found = next(t for t in targets(result) if t["target"].startswith("initial"))
+    found = target(result, "initial")
 
     assert not found["met"]
     bound = found["bound"]
@@ -169,7 +174,7 @@ def test_the_initial_syncs_cpu_says_when_no_job_could_meet_the_target() -> None:
     # Where the raw bulk cost the search server less, that cost is what the bound counts.
     result["raw"]["search_cpu_seconds"] = 10.0
     result["raw"]["rows"] = 11000
-    bound = next(t for t in targets(result) if t["target"].startswith("initial"))["bound"]
+    bound = target(result, "initial")["bound"]
     assert bound["floor_without_job_seconds"] == 12.2  # (14 + 10 + 0.5) / 2
     assert bound["job_budget_cpu_seconds"] == 3.0
     assert bound["verdict"].startswith("no Spark job")  # its JVM alone spent 7 CPU s
@@ -203,7 +208,7 @@ def test_sparks_phases_of_a_batch_and_the_freshness_floor_they_imply(tmp_path: P
         "raw": {"rows_per_second": {"search": 900.0}, "search_updates_per_second": 500.0},
         "streaming": [step(100, 0.7, 1.9, True) | {"stages": stages}],
     }
-    at_100 = next(t for t in targets(result) if t["target"].startswith("100"))
+    at_100 = target(result, "100")
     assert not at_100["met"] and at_100["bound"] == floor
 
 
@@ -213,13 +218,10 @@ def test_the_ladder_tries_the_drain_target_and_100_per_s_is_bounded_by_a_slower_
     assert rate_ladder([20, 100], ceiling=500) == [20, 100]
     assert rate_ladder([], ceiling=3.4) == []
     result = {
-        "raw": {
-            "rows_per_second": {"search": 2000.0, "redis": 80000.0, "delta": 900000.0},
-            "search_updates_per_second": 3.4,
-        },
+        "raw": raw_rates(2000.0, 80000.0, 900000.0, updates=3.4),
         "streaming": [step(1, 0.9, 2.0, True), step(20, 30.0, 50.0, False)],
     }
-    at_100 = next(t for t in targets(result) if t["target"].startswith("100"))
+    at_100 = target(result, "100")
     assert not at_100["met"] and "search re-index rate, 3.4/s" in at_100["bound"]["verdict"]
 
 
@@ -229,11 +231,13 @@ def test_the_search_servers_own_stalls_bound_the_p99_of_anything_it_writes() -> 
     assert abs(wait_quantile(bulks) - (2.5 - 0.01 * sum(bulks))) < 1e-6
     assert wait_quantile([0.03] * 100) <= 0.03
     result = {
-        "raw": {
-            "rows_per_second": {"search": 900.0, "redis": 9000.0, "delta": 90000.0},
-            "search_updates_per_second": 300.0,
-            "search_update_bulks": {"p99_wait_seconds": wait_quantile(bulks)},
-        },
+        "raw": raw_rates(
+            900.0,
+            9000.0,
+            90000.0,
+            updates=300.0,
+            search_update_bulks={"p99_wait_seconds": wait_quantile(bulks)},
+        ),
         "streaming": [step(100, 0.45, 2.6, True), step(160, 0.9, 3.4, True)],
     }
     found = {t["target"].split(" ")[0]: t for t in targets(result)}
