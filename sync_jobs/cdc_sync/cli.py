@@ -25,6 +25,7 @@ from cdc_sync.core.logs import CONSOLE
 from cdc_sync.core.settings import Connections, SettingsError
 
 if TYPE_CHECKING:
+    from cdc_sync.debezium.database import SourceDatabase
     from cdc_sync.job.metrics_export import ConnectorStatus
     from cdc_sync.job.runner import JobOptions
     from cdc_sync.mapping import MappingFile
@@ -48,6 +49,19 @@ def _setup_logging(verbose: bool, command: str | None) -> None:
 
 def _connections(args: argparse.Namespace) -> Connections:
     return Connections.load(Path(args.env_file) if args.env_file else None)
+
+
+def source_for(
+    mapping: MappingFile, connections: Connections, connector: str | None, pairs: list[str]
+) -> SourceDatabase:
+    """The database `--connector` (default: the mapping's source.connector) captures, with
+    `--set` overrides: every Postgres read of the command goes there. Refused here, at start,
+    when CDC_SYNC_PG_URL names another database."""
+    from cdc_sync.connectors.ops import parse_overrides
+    from cdc_sync.debezium.database import source_database
+
+    path = Path(connector) if connector else mapping.connector
+    return source_database(connections, path, parse_overrides(pairs))
 
 
 def job_options(args: argparse.Namespace, defaults: JobOptions) -> JobOptions:
@@ -100,10 +114,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     mapping = load_mapping(Path(args.mapping))
     connections = _connections(args)
+    source = source_for(mapping, connections, None, [])  # before Spark: refused in a second
     options = job_options(args, JobOptions.defaults(mapping, connections))
     spark = build_spark(jvm_log=log_settings().jvm_log)
     status = connector_status(connections, mapping) if options.metrics_port is not None else None
-    job = SyncJob(spark, mapping, connections, options, connector_status=status)
+    job = SyncJob(spark, mapping, connections, options, connector_status=status, source=source)
     try:
         if args.available_now:
             job.drain()
@@ -137,7 +152,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
         return cmd_repair(args)
     mapping = load_mapping(Path(args.mapping))
     options = repair_options(mapping, args.table, args.sink)
-    report = verify_all(mapping, _connections(args), options.tables, options.sinks)
+    connections = _connections(args)
+    source = source_for(mapping, connections, args.connector, args.set)
+    report = verify_all(mapping, connections, options.tables, options.sinks, source)
     print(report.table())
     return 0 if report.converged else 1
 
@@ -195,7 +212,7 @@ def cmd_repair(args: argparse.Namespace) -> int:
         ),
         timeout_seconds=args.snapshot_timeout,
     )
-    result = repair(mapping, connections, channel, options)
+    result = repair(mapping, connections, channel, options, source=target.database)
     return 0 if result.converged else 1
 
 
@@ -235,10 +252,14 @@ def cmd_wait(args: argparse.Namespace) -> int:
 
     mapping = load_mapping(Path(args.mapping)) if args.mapping else None
     sinks = [name.strip() for name in args.sink.split(",")] if args.sink is not None else None
+    connections = _connections(args)
+    if mapping is not None and mapping.connector is not None and connections.pg_url:
+        # The LSN came from CDC_SYNC_PG_URL's server: refused if the connector captures another.
+        source_for(mapping, connections, None, [])
     try:
         result = wait_for_lsn(
             args.lsn,
-            _connections(args),
+            connections,
             sinks=sinks,
             mapping=mapping,
             timeout_seconds=args.timeout,
@@ -262,12 +283,13 @@ def cmd_mappings_validate(args: argparse.Namespace) -> int:
     connector_path = Path(args.connector) if args.connector else mapping.connector
     connector = load_connector(connector_path) if connector_path else None
     connections = _connections(args)
+    source = source_for(mapping, connections, args.connector, [])
     live = (
         live_search_fields(open_backend(connections.search_client, connections.search_url), mapping)
         if connections.search_url
         else {}
     )
-    with psycopg.connect(connections.require("pg_url")) as conn:
+    with psycopg.connect(source.conninfo) as conn:
         findings = validate_mapping(mapping, conn, connector, live)
     if findings:
         print(format_findings(findings), file=sys.stderr)

@@ -8,7 +8,8 @@ snapshot  re-snapshot tables while streaming (Debezium incremental snapshot sign
 slots     replication slots with retained WAL
 
 Commands that read or write Postgres act on the connector's own database (its database.*
-settings after --set and ${env:...} resolution), the one Debezium captures from.
+settings after --set and ${env:...} resolution), the one Debezium captures from; when
+CDC_SYNC_PG_URL names another database they refuse to start.
 """
 
 from __future__ import annotations
@@ -30,14 +31,8 @@ from cdc_sync.connectors.rest import ConnectClient, ConnectError
 from cdc_sync.connectors.slots import format_slots
 from cdc_sync.core.kafka_clients import consumer_config
 from cdc_sync.core.settings import Connections
-from cdc_sync.debezium.connector import (
-    ConnectorFile,
-    describe_database,
-    load_connector,
-    pg_env_from_url,
-    same_database,
-    source_conninfo,
-)
+from cdc_sync.debezium.connector import ConnectorFile, describe_database, load_connector
+from cdc_sync.debezium.database import SourceDatabase, placeholder_env, source_database
 from cdc_sync.debezium.notifications import (
     CHANNELS_SETTING,
     TOPIC_SETTING,
@@ -83,7 +78,7 @@ def wanted_config(connector: ConnectorFile, overrides: Mapping[str, str]) -> dic
     return {"name": connector.name} | dict(connector.config) | dict(overrides)
 
 
-def _overrides(pairs: list[str]) -> dict[str, str]:
+def parse_overrides(pairs: list[str]) -> dict[str, str]:
     result = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
@@ -93,14 +88,6 @@ def _overrides(pairs: list[str]) -> dict[str, str]:
     return result
 
 
-def placeholder_env(connections: Connections) -> dict[str, str]:
-    """What `${env:NAME}` resolves against: the environment (and env file), as the worker's
-    EnvVarConfigProvider reads its own; CDC_SYNC_PG_* not set there default to the parts of
-    CDC_SYNC_PG_URL, which is how the local stack starts its worker (`pg_env_from_url`)."""
-    derived = pg_env_from_url(connections.pg_url) if connections.pg_url else {}
-    return derived | dict(connections.environment)
-
-
 @dataclass(frozen=True)
 class Target:
     """A connector file with its `--set` overrides and the database it captures from."""
@@ -108,26 +95,30 @@ class Target:
     connector: ConnectorFile
     config: dict[str, str]  # what `apply` sends: placeholders kept
     resolved: dict[str, str]  # placeholders replaced, as the worker sees it
-    conninfo: str
+    database: SourceDatabase  # checked against CDC_SYNC_PG_URL (refused if another database)
+
+    @property
+    def conninfo(self) -> str:
+        """The connector's own database settings: what acts as the connector."""
+        assert self.database.connector_conninfo is not None  # resolved from a connector file
+        return self.database.connector_conninfo
 
 
 def load_target(path: str, pairs: list[str], connections: Connections) -> Target:
+    """The connector file with its overrides; refuses (SourceMismatch) when CDC_SYNC_PG_URL
+    names another database than the one it captures."""
     connector = load_connector(Path(path))
-    overrides = _overrides(pairs)
-    env = placeholder_env(connections)
+    overrides = parse_overrides(pairs)
     config = wanted_config(connector, overrides)
-    resolved = ConnectorFile(connector.path, connector.name, config).resolved(env)
-    return Target(connector, config, resolved, source_conninfo(connector, env, overrides))
+    resolved = ConnectorFile(connector.path, connector.name, config).resolved(
+        placeholder_env(connections)
+    )
+    return Target(connector, config, resolved, source_database(connections, connector, overrides))
 
 
-def announce_database(conninfo: str, connections: Connections, source: str) -> None:
-    """Say which database a command acts on, and that CDC_SYNC_PG_URL names another if so."""
+def announce_database(conninfo: str, source: str) -> None:
+    """Say which database a command acts on."""
     print(f"database: {describe_database(conninfo)} ({source})")
-    if connections.pg_url and not same_database(conninfo, connections.pg_url):
-        print(
-            f"note: CDC_SYNC_PG_URL points at {describe_database(connections.pg_url)}; "
-            "using the connector's database"
-        )
 
 
 def cmd_validate(args: argparse.Namespace, connections: Connections) -> int:
@@ -142,7 +133,7 @@ def cmd_validate(args: argparse.Namespace, connections: Connections) -> int:
     ]
     mapping = load_mapping(Path(args.mapping)) if args.mapping else None
     connector = target.connector
-    announce_database(target.conninfo, connections, f"connector {target.config['name']}")
+    announce_database(target.conninfo, f"connector {target.config['name']}")
     with psycopg.connect(target.conninfo) as conn:
         checks = run_checks(connector, target.resolved, conn, mapping)
     for line in problems + [str(c) for c in checks]:
@@ -156,7 +147,7 @@ def cmd_validate(args: argparse.Namespace, connections: Connections) -> int:
 def cmd_apply(args: argparse.Namespace, connections: Connections) -> int:
     connector = load_connector(Path(args.connector))
     client = ConnectClient(connections.require("connect_url"))
-    wanted = wanted_config(connector, _overrides(args.set))
+    wanted = wanted_config(connector, parse_overrides(args.set))
     name = wanted["name"]
     current = client.config(name)
     diff = config_diff(current, wanted)
@@ -214,7 +205,7 @@ def cmd_snapshot(args: argparse.Namespace, connections: Connections) -> int:
             file=sys.stderr,
         )
         return 1
-    announce_database(target.conninfo, connections, f"connector {name}")
+    announce_database(target.conninfo, f"connector {name}")
     kafka = consumer_config(
         connections.require("kafka_bootstrap"), connections.kafka_flavor, "cdc-sync-snapshot"
     )
@@ -249,7 +240,7 @@ def cmd_slots(args: argparse.Namespace, connections: Connections) -> int:
         slot = target.resolved.get("slot.name")
     else:
         conninfo, source, slot = connections.require("pg_url"), "CDC_SYNC_PG_URL", None
-    announce_database(conninfo, connections, source)
+    announce_database(conninfo, source)
     with psycopg.connect(conninfo) as conn:
         slots = list_slots(conn)
     print(format_slots(slots))

@@ -3,7 +3,8 @@
 The same file is registered with Kafka Connect (production) and run by the embedded engine
 (local stack). Database settings are `${env:CDC_SYNC_PG_*}` placeholders: Kafka Connect resolves
 them with its EnvVarConfigProvider; the embedded runner resolves them from `CDC_SYNC_PG_URL`.
-`source_conninfo` is the database a connector captures from: ops commands act on that one.
+`source_conninfo` is the database a connector captures from; `debezium.database` makes it the
+one every Postgres read goes to.
 """
 
 from __future__ import annotations
@@ -146,15 +147,6 @@ def describe_database(conninfo: str) -> str:
     params = conninfo_to_dict(conninfo)
     user = f"{params['user']}@" if params.get("user") else ""
     return f"{user}{params.get('host', '')}:{params.get('port') or 5432}/{params.get('dbname', '')}"
-
-
-def same_database(a: str, b: str) -> bool:
-    """Whether two conninfos or URLs name the same host, port and database."""
-    first, second = conninfo_to_dict(a), conninfo_to_dict(b)
-    return all(
-        str(first.get(k) or d) == str(second.get(k) or d)
-        for k, d in (("host", ""), ("port", 5432), ("dbname", ""))
-    )
 
 
 def captured_tables(conn: psycopg.Connection[Any], connector: ConnectorFile) -> list[TableId]:

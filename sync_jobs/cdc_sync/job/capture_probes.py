@@ -80,14 +80,14 @@ class BrokerEndOffsets:
 
 
 class SourceSlots:
-    """The replication slots of the job's source database (`CDC_SYNC_PG_URL`)."""
+    """The replication slots of the job's source database (`debezium.database`)."""
 
-    def __init__(self, pg_url: str, timeout: float = READ_TIMEOUT_SECONDS) -> None:
-        self.pg_url = pg_url
+    def __init__(self, conninfo: str, timeout: float = READ_TIMEOUT_SECONDS) -> None:
+        self.conninfo = conninfo
         self.timeout = timeout
 
     def __call__(self) -> list[Slot]:
-        with psycopg.connect(self.pg_url, connect_timeout=max(1, int(self.timeout))) as conn:
+        with psycopg.connect(self.conninfo, connect_timeout=max(1, int(self.timeout))) as conn:
             return list_slots(conn, conn.info.dbname)
 
 

@@ -40,13 +40,15 @@ class MetricsEndpoint:
         health: SinkHealth,
         connector_status: ConnectorStatus | None = None,
         probe_interval_seconds: float = DEFAULT_PROBE_SECONDS,
+        source_conninfo: str | None = None,
     ) -> None:
+        """`source_conninfo`: the captured database, whose slots are read (None: not read)."""
         self._broker = BrokerEndOffsets(
             connections.require("kafka_bootstrap"), connections.kafka_flavor, topics
         )
         self.probes = CaptureProbes(
             end_offsets=self._broker,
-            slots=SourceSlots(connections.pg_url) if connections.pg_url else None,
+            slots=SourceSlots(source_conninfo) if source_conninfo else None,
             connector_status=connector_status,
             interval_seconds=probe_interval_seconds,
         )

@@ -23,6 +23,7 @@ from cdc_sync.core.retry import (
 )
 from cdc_sync.core.settings import Connections, state_dir
 from cdc_sync.debezium.connector import load_connector
+from cdc_sync.debezium.database import SourceDatabase, source_database
 from cdc_sync.job.applier import BatchApplier, BatchObserver
 from cdc_sync.job.batch_phases import SmallBatches
 from cdc_sync.job.checkpoint import default_checkpoint_dir, processed_offsets
@@ -172,12 +173,12 @@ def sink_tables(mapping: MappingFile, sinks: Sequence[Sink]) -> dict[str, list[T
     }
 
 
-def catalog_schemas(mapping: MappingFile, connections: Connections) -> KnownSchemas | None:
-    """With `source.schemas: catalog`, the routed tables' schemas, read once from Postgres, as
-    the mapping's connector encodes them (its decimal/binary/time modes)."""
+def catalog_schemas(mapping: MappingFile, source: SourceDatabase) -> KnownSchemas | None:
+    """With `source.schemas: catalog`, the routed tables' schemas, read once from the captured
+    database, as the mapping's connector encodes them (its decimal/binary/time modes)."""
     if mapping.schema_source is not SchemaSource.CATALOG:
         return None
-    with psycopg.connect(connections.require("pg_url")) as conn:
+    with psycopg.connect(source.conninfo) as conn:
         # The heartbeat table's records are parsed too (watermarks), so it needs a schema.
         return known_schemas(conn, mapping.read_tables(), converter_modes(mapping))
 
@@ -202,12 +203,17 @@ class SyncJob:
         options: JobOptions,
         observers: Sequence[BatchObserver] = (),
         connector_status: ConnectorStatus | None = None,
+        source: SourceDatabase | None = None,
     ) -> None:
-        """`connector_status`: reads the Kafka Connect connector's status, for the metrics."""
+        """`connector_status`: reads the Kafka Connect connector's status, for the metrics.
+        `source`: the captured database, every Postgres read's (default: resolved here from the
+        mapping's connector; refused before anything starts when CDC_SYNC_PG_URL names another).
+        """
         self.spark = spark
         self.mapping = mapping
         self.connections = connections
         self.options = options
+        self.database = source or source_database(connections, mapping.connector)
         # Every sink's retries report here, executor tasks' through the relay: `sink_status()`
         # says which one the job waits for.
         self.health = SinkHealth()
@@ -221,7 +227,8 @@ class SyncJob:
         retry = options.sink_retry(self.health)
         modes = converter_modes(mapping)
         spec = dataclasses.replace(
-            TaskSinkSpec.for_job(mapping, connections, retry, modes), relay=self.relay.address
+            TaskSinkSpec.for_job(mapping, connections, retry, modes, self.database.conninfo),
+            relay=self.relay.address,
         )
         delta = build_delta_sink(mapping, options.warehouse, spark, retry)
         self.driver_sinks: list[Sink] = [delta] if delta is not None else []
@@ -242,6 +249,7 @@ class SyncJob:
                 self.health,
                 connector_status,
                 options.metrics_probe_seconds,
+                self.database.conninfo,
             )
             observers = [*observers, self.metrics.metrics.observe]
         # `cdc-sync status` reads what this writes beside the checkpoint, after every batch.
@@ -251,7 +259,7 @@ class SyncJob:
             sink_tables(mapping, self.sinks),
             self.health,
         )
-        self.progress = snapshot_progress(mapping, connections, options)
+        self.progress = snapshot_progress(mapping, self.database, options)
         # The progress view first: its summary line precedes the batch line that ended it.
         console = ([self.progress] if self.progress else []) + [BatchLine()]
         # Read-your-writes: the applied watermark, recorded in every sink after each batch, on
@@ -267,7 +275,7 @@ class SyncJob:
             mapping,
             self.sinks,
             self.dead_letters,
-            None,  # the TOAST fill runs in the write tasks (spec.pg_url)
+            None,  # the TOAST fill runs in the write tasks (spec.source_conninfo)
             FileSchemaStore.beside_checkpoint(options.checkpoint_dir),
             [self.watermarks, *observers, self.status, *console],
         )
@@ -275,7 +283,7 @@ class SyncJob:
             self.applier,
             spec,
             self.driver_sinks,
-            catalog_schemas(mapping, connections),
+            catalog_schemas(mapping, self.database),
             FileVersionFloors.beside_checkpoint(options.checkpoint_dir),
             small_batches(options, self.source),
         )
@@ -355,14 +363,14 @@ class SyncJob:
 
 
 def snapshot_progress(
-    mapping: MappingFile, connections: Connections, options: JobOptions
+    mapping: MappingFile, source: SourceDatabase, options: JobOptions
 ) -> SnapshotProgress | None:
     """The snapshot progress view when wanted (default: stdout is a terminal); it opens at start
     on a fresh checkpoint, where the initial load is coming."""
     wanted = sys.stdout.isatty() if options.snapshot_progress is None else options.snapshot_progress
     if not wanted:
         return None
-    with psycopg.connect(connections.require("pg_url")) as conn:
+    with psycopg.connect(source.conninfo) as conn:
         estimates = catalog_estimates(conn, list(mapping.tables))
     return SnapshotProgress(estimates, processed_offsets(options.checkpoint_dir) is None)
 

@@ -32,7 +32,9 @@ class TaskSinkSpec:
     redis_url: str | None  # None: no table routes to the cache
     tombstone_retention_seconds: int
     retry: RetryPolicy  # its observer is left out (set where the sinks are opened)
-    pg_url: str | None = None  # the unchanged-TOAST filler reads here; None: no filler
+    # The unchanged-TOAST filler reads here (the connector's database, `debezium.database`);
+    # None: no filler.
+    source_conninfo: str | None = None
     modes: ConverterModes = DEBEZIUM_DEFAULTS
     relay: tuple[str, int] | None = None  # the driver's HealthRelay, for executor tasks
 
@@ -43,9 +45,10 @@ class TaskSinkSpec:
         connections: Connections,
         retry: RetryPolicy,
         modes: ConverterModes = DEBEZIUM_DEFAULTS,
-        with_filler: bool = True,
+        source_conninfo: str | None = None,
     ) -> TaskSinkSpec:
-        """The routed row sinks; a routed sink without a configured URL is an error."""
+        """The routed row sinks; a routed sink without a configured URL is an error.
+        `source_conninfo`: the database the TOAST filler reads (None: no filler)."""
         routes = list(mapping.tables.values())
         return cls(
             search_client=connections.search_client,
@@ -53,7 +56,7 @@ class TaskSinkSpec:
             redis_url=connections.require("redis_url") if any(r.cache for r in routes) else None,
             tombstone_retention_seconds=mapping.tombstone_retention_seconds,
             retry=dataclasses.replace(retry, observer=None),
-            pg_url=connections.require("pg_url") if with_filler else None,
+            source_conninfo=source_conninfo,
             modes=modes,
         )
 
@@ -82,7 +85,9 @@ class TaskSinkSpec:
         return sinks
 
     def open_filler(self) -> SourceFiller | None:
-        return SourceFiller(self.pg_url, self.modes) if self.pg_url is not None else None
+        if self.source_conninfo is None:
+            return None
+        return SourceFiller(self.source_conninfo, self.modes)
 
 
 @dataclass

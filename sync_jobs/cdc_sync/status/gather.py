@@ -11,6 +11,7 @@ from typing import Protocol, TypeVar
 from cdc_sync.connectors.ops import load_target
 from cdc_sync.core.kafka_clients import consumer_config
 from cdc_sync.core.settings import Connections
+from cdc_sync.debezium.database import SourceMismatch
 from cdc_sync.job.checkpoint import processed_offsets
 from cdc_sync.job.status_file import JobStatus, read_status
 from cdc_sync.mapping import MappingFile
@@ -55,7 +56,9 @@ class StatusFileWatermarks:
 
 
 class Attempts:
-    """Runs each read; a failure becomes a problem line naming what could not be read."""
+    """Runs each read; a failure becomes a problem line naming what could not be read. A
+    setting that points at another database than the connector's is no such failure: it is
+    refused (SourceMismatch), as every command refuses it."""
 
     def __init__(self) -> None:
         self.problems: list[str] = []
@@ -63,6 +66,8 @@ class Attempts:
     def __call__(self, what: str, read: Callable[[], T]) -> T | None:
         try:
             return read()
+        except SourceMismatch:
+            raise
         except Exception as error:  # any failure to read one part is reported, not raised
             self.problems.append(f"{what}: {type(error).__name__}: {_first_line(error)}")
             return None
@@ -76,6 +81,8 @@ def gather(
     watermark_source: Callable[[JobStatus | None], WatermarkSource] = StatusFileWatermarks,
 ) -> Snapshot:
     attempt = Attempts()
+    # First: a database mismatch refuses the command before anything else is read.
+    capture, slot = _capture(connections, connector_file or mapping.connector, attempt)
     job = attempt("the job status file", lambda: read_status(checkpoint_dir))
     processed = attempt("the checkpoint", lambda: processed_offsets(checkpoint_dir))
     # librdkafka would print every failed connection attempt; the problem line says it once.
@@ -94,7 +101,6 @@ def gather(
         if partitions is not None  # the broker answered: one timeout is enough
         else None
     )
-    capture, slot = _capture(connections, connector_file or mapping.connector, attempt)
     return Snapshot(
         taken_at=time.time(),
         mapping=mapping.path.stem,
@@ -118,7 +124,8 @@ def _capture(
     if connector_file is None:
         return None, None
     target = attempt(
-        "the connector file", lambda: load_target(str(connector_file), [], connections)
+        "the connector file and its database",
+        lambda: load_target(str(connector_file), [], connections),
     )
     if target is None:
         return None, None

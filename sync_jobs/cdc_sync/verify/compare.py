@@ -25,6 +25,7 @@ from psycopg.adapt import Loader
 
 from cdc_sync.core.model import TableId, document_id
 from cdc_sync.core.settings import Connections
+from cdc_sync.debezium.database import SourceDatabase, source_database
 from cdc_sync.mapping import MappingFile, TableRoute
 from cdc_sync.schema.catalog import primary_key_columns
 from cdc_sync.schema.interval import iso_interval_micros
@@ -258,8 +259,11 @@ def verify_all(
     connections: Connections,
     tables: Collection[TableId] | None = None,
     sinks: Collection[str] | None = None,
+    source: SourceDatabase | None = None,
 ) -> Report:
-    """Every routed table (or those in `tables`) against every sink (or those in `sinks`)."""
+    """Every routed table (or those in `tables`) against every sink (or those in `sinks`).
+    `source`: the captured database (default: resolved from the mapping's connector)."""
+    source = source or source_database(connections, mapping.connector)
     warehouse = Path(connections.require("warehouse"))
     wanted = set(SINK_NAMES if sinks is None else sinks)
     cache = (
@@ -274,7 +278,7 @@ def verify_all(
     )
     report: list[TableComparison] = []
     try:
-        with psycopg.connect(connections.require("pg_url")) as conn:
+        with psycopg.connect(source.conninfo) as conn:
             register_loaders(conn)
             for route in mapping.tables.values():
                 if tables is not None and route.table not in tables:

@@ -23,6 +23,7 @@ import psycopg
 from cdc_sync.core.errors import ConfigError
 from cdc_sync.core.model import TableId
 from cdc_sync.core.settings import Connections
+from cdc_sync.debezium.database import SourceDatabase, source_database
 from cdc_sync.debezium.notifications import Notification, SnapshotOutcome, describe
 from cdc_sync.mapping import MappingFile
 from cdc_sync.verify.compare import (
@@ -85,23 +86,26 @@ def repair(
     channel: SnapshotChannel,
     options: RepairOptions = RepairOptions(),
     out: Output = print,
+    source: SourceDatabase | None = None,
 ) -> RepairResult:
-    report = _verify(mapping, connections, options)
+    """`source`: the captured database (default: resolved from the mapping's connector)."""
+    source = source or source_database(connections, mapping.connector)
+    report = _verify(mapping, connections, options, source)
     rounds = 0
     sinks = RepairSinks(mapping, connections)
     try:
         while not report.converged and rounds < options.rounds:
             rounds += 1
             out(f"round {rounds}: {_damage(report)}")
-            signals = merged(_repair_round(mapping, connections, sinks, report, out))
+            signals = merged(_repair_round(mapping, source, sinks, report, out))
             outcomes = run_signals(channel, signals, _progress(out))
             failed = [(s, o) for s, o in outcomes if o is not SnapshotOutcome.COMPLETED]
             for signal, outcome in failed:
                 out(f"  snapshot of {', '.join(signal.tables)}: {outcome.value}")
             if failed:
                 out("snapshot did not complete: is the connector running on this database?")
-                return RepairResult(_verify(mapping, connections, options), rounds, True)
-            report = _settle(mapping, connections, options)
+                return RepairResult(_verify(mapping, connections, options, source), rounds, True)
+            report = _settle(mapping, connections, options, source)
     finally:
         sinks.close()
     out(report.table())
@@ -111,14 +115,14 @@ def repair(
 
 def _repair_round(
     mapping: MappingFile,
-    connections: Connections,
+    source: SourceDatabase,
     sinks: RepairSinks,
     report: Report,
     out: Output,
 ) -> list[SnapshotSignal]:
     """Delete the extra rows; return the snapshot signals for the missing and different."""
     signals: list[SnapshotSignal] = []
-    with psycopg.connect(connections.require("pg_url"), autocommit=True) as conn:
+    with psycopg.connect(source.conninfo, autocommit=True) as conn:
         register_loaders(conn)  # ids computed as verify computes them
         for comparison in report.tables:
             if comparison.matches:
@@ -174,19 +178,24 @@ def _progress(out: Output) -> Callable[[SnapshotSignal, Notification], None]:
     return seen
 
 
-def _settle(mapping: MappingFile, connections: Connections, options: RepairOptions) -> Report:
+def _settle(
+    mapping: MappingFile, connections: Connections, options: RepairOptions, source: SourceDatabase
+) -> Report:
     """Verify until clean or `settle_seconds`: the job applies the snapshot rows meanwhile."""
     deadline = time.monotonic() + options.settle_seconds
     while True:
-        report = _verify(mapping, connections, options)
+        report = _verify(mapping, connections, options, source)
         if report.converged or time.monotonic() >= deadline:
             return report
         time.sleep(options.poll_seconds)
 
 
-def _verify(mapping: MappingFile, connections: Connections, options: RepairOptions) -> Report:
+def _verify(
+    mapping: MappingFile, connections: Connections, options: RepairOptions, source: SourceDatabase
+) -> Report:
     return read_retried(
-        lambda: verify_all(mapping, connections, options.tables, options.sinks), "repair verify"
+        lambda: verify_all(mapping, connections, options.tables, options.sinks, source),
+        "repair verify",
     )
 
 
