@@ -599,11 +599,24 @@ def _passthrough() -> dict[str, Callable[[argparse.Namespace, list[str]], int]]:
     return commands
 
 
+def _command_index(argv: list[str]) -> int | None:
+    """Where the subcommand is: the first word that is neither an option nor --env-file's value."""
+    value_next = False
+    for index, word in enumerate(argv):
+        if value_next:
+            value_next = False
+        elif word == "--env-file":
+            value_next = True
+        elif not word.startswith("-"):
+            return index
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     # Subcommands owned by other packages parse their own arguments.
-    command_index = next((i for i, a in enumerate(argv) if not a.startswith("-")), None)
+    command_index = _command_index(argv)
     passthrough = _passthrough()
     if command_index is not None and argv[command_index] in passthrough:
         args = parser.parse_args(argv[: command_index + 1])

@@ -114,7 +114,7 @@ def test_the_same_database_name_on_another_server_is_refused(
     answers[("db.internal", "shop")] = Identity("shop", "7001")
     answers[("replica.internal", "shop")] = Identity("shop", "9002")
     url = "postgresql://cdc:pw@replica.internal:6543/shop"
-    with pytest.raises(SourceMismatch, match="server 7001.*server 9002"):
+    with pytest.raises(SourceMismatch, match=r"server 7001.*server 9002"):
         source_database(connections(url, PARTS), SHOP)
 
 
