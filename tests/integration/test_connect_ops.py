@@ -18,8 +18,9 @@ from cdc_sync.connectors.ops import connectors_main, wait_running, wanted_config
 from cdc_sync.connectors.rest import ConnectClient, ConnectError
 from cdc_sync.core.kafka_clients import consumer_config
 from cdc_sync.core.model import Change, Coordinates
-from cdc_sync.core.settings import write_env_file
-from cdc_sync.debezium.connector import load_connector
+from cdc_sync.core.settings import read_env_file, write_env_file
+from cdc_sync.debezium.connector import load_connector, pg_env_from_url
+from cdc_sync.debezium.database import SourceMismatch
 from cdc_sync.debezium.decoder import parse_record
 from cdc_sync.demo.workload import create_demo_schema
 from tests.fixtures.services import KafkaEndpoint, docker_available
@@ -157,9 +158,10 @@ def test_snapshot_signals_the_connectors_database_not_cdc_sync_pg_url(
     kafka: KafkaEndpoint,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """CDC_SYNC_PG_URL names `database`; the connector captures from a second one. The signal
-    must land in the second (the only one Debezium reads), and Debezium's notifications say the
-    snapshot started and completed."""
+    """CDC_SYNC_PG_URL names `database`; the connector captures from a second one: `snapshot`
+    and `slots` refuse to start, naming both. Without the URL (the connector's placeholders
+    from CDC_SYNC_PG_*), the signal lands in the second (the only one Debezium reads), and
+    Debezium's notifications say the snapshot started and completed."""
     with psycopg.connect(database, autocommit=True) as conn:
         # Without its signal table, a signal sent here would show as a newly created table.
         conn.execute("DROP TABLE shop.cdc_sync_signal")
@@ -168,18 +170,28 @@ def test_snapshot_signals_the_connectors_database_not_cdc_sync_pg_url(
         second_db = urlsplit(second).path.lstrip("/")
         settings = private(second)
         name = settings[1].split("=", 1)[1]
+        snapshot = ["snapshot", "--connector", SHOP, *settings, "--table", "shop.products"]
+        for refused in (snapshot, ["slots", "--connector", SHOP, *settings]):
+            with pytest.raises(
+                SourceMismatch, match=rf"captures \S+/{second_db} .*CDC_SYNC_PG_URL"
+            ):
+                run(env_file, *refused)
+        parts_env = env_file.with_name("parts.env")
+        values = read_env_file(env_file)
+        write_env_file(
+            parts_env,
+            {k: v for k, v in values.items() if k != "CDC_SYNC_PG_URL"} | pg_env_from_url(pg_url),
+        )
         client = ConnectClient(connect_url)
         assert run(env_file, "apply", "--connector", SHOP, *settings) == 0
         try:
             wait_running(client, name)
             _records(kafka, f"{name}.shop.products", at_least=3)  # initial snapshot is out
             capsys.readouterr()
-            snapshot = ["snapshot", "--connector", SHOP, *settings, "--table", "shop.products"]
-            code = run(env_file, *snapshot, "--timeout", "90")
+            code = run(parts_env, *snapshot, "--timeout", "90")
             out = capsys.readouterr().out
             assert code == 0, out
             assert re.search(rf"^database: \S+/{second_db} \(connector {name}\)$", out, re.M), out
-            assert "note: CDC_SYNC_PG_URL points at" in out
             assert re.search(r"^\S+ started: shop\.products$", out, re.M), out
             assert re.search(r"^\S+ completed$", out, re.M), out
             match = re.search(r"\(signal (snapshot-[0-9a-f-]+)\)", out)
@@ -192,7 +204,7 @@ def test_snapshot_signals_the_connectors_database_not_cdc_sync_pg_url(
             with psycopg.connect(database) as conn:
                 stray = conn.execute("SELECT to_regclass('shop.cdc_sync_signal')").fetchone()
             assert stray == (None,)
-            assert run(env_file, "slots", "--connector", SHOP, *settings) == 0
+            assert run(parts_env, "slots", "--connector", SHOP, *settings) == 0
             slots = capsys.readouterr().out
             assert f"/{second_db} (connector {name})" in slots
             assert re.search(rf"^{name}\s+{second_db}\s", slots, re.M), slots
