@@ -95,10 +95,12 @@ def test_wait_times_out_with_exit_1_while_the_job_is_stopped(
 ) -> None:
     env_file = write_env_file(pipeline, tmp_path, monkeypatch)
     mapping_file = tmp_path / "shop.yaml"
+    # The mapping's connector (where wait checks CDC_SYNC_PG_URL points) stays the shop's.
+    connector = f"connector: {pipeline.mapping.connector}"
     mapping_file.write_text(
-        MAPPING.read_text().replace(
-            "topic_prefix: cdc", f"topic_prefix: {pipeline.mapping.topic_prefix}"
-        )
+        MAPPING.read_text()
+        .replace("topic_prefix: cdc", f"topic_prefix: {pipeline.mapping.topic_prefix}")
+        .replace("connector: ../connectors/shop.json", connector)
     )
     pipeline.stop()
     lsn, _ = new_customer(pipeline)
