@@ -7,10 +7,15 @@
     first transaction streamed, the one whose `source.sequence[0]` is null.
 (b) Incremental snapshot. T writes (an update and a delete) before the chunk is read and commits
     after Debezium reported the snapshot completed; the chunk rows hold the old values.
+(c) The first transaction sent again. A connector re-created on the same topics snapshots and
+    streams T1, T2, T3; restarted from the offsets stored at the end of its snapshot (killed
+    before its first flush after it), it sends them again, T1 without a last commit: the copy
+    must not rise above T2.
 """
 
 from __future__ import annotations
 
+import shutil
 import time
 import uuid
 from collections.abc import Iterator
@@ -25,6 +30,7 @@ from cdc_sync.core.kafka_clients import consumer_config
 from cdc_sync.debezium.notifications import end_offsets, follow, notification_topic
 from cdc_sync.debezium.signals import request_snapshot
 from cdc_sync.demo.workload import create_demo_schema
+from cdc_sync.job.checkpoint import processed_offsets
 from tests.debezium_events import source_fields
 from tests.e2e.conftest import CONNECTOR, Services
 from tests.e2e.harness import SyncHarness, e2e_mapping
@@ -55,6 +61,8 @@ class Pipeline:
             # stream before the transaction whose race with the snapshot these tests stage.
             "heartbeat.interval.ms": "0",
         }
+        self.root = root
+        self.capture_overrides = overrides
         self.capture = CaptureEngine.from_file(
             CONNECTOR, self.connections, root / "capture", overrides
         )
@@ -180,3 +188,70 @@ def test_transaction_open_across_an_incremental_snapshot_chunk_wins(pipeline: Pi
         assert seen and seen[-1] == "COMPLETED", f"incremental snapshot: {seen}"
         held.commit()
     pipeline.job.wait_converged(timeout_seconds=120)
+
+
+def test_a_first_transaction_sent_again_does_not_jump_the_queue(pipeline: Pipeline) -> None:
+    url = pipeline.connections.require("pg_url")
+    row = row_ids(url)
+    pipeline.ensure_running()
+    pipeline.job.wait_converged(timeout_seconds=FIRST_CONVERGENCE_S)
+    pipeline.capture.stop()
+    prefix = pipeline.mapping.topic_prefix
+    topic = f"{prefix}.shop.customers"
+    settings = pipeline.capture_overrides | {
+        "slot.name": f"{prefix}_again",
+        "slot.drop.on.stop": "false",
+        "lsn.flush.mode": "manual",  # the slot stays where the snapshot left it
+    }
+    state = pipeline.root / "capture-again"
+
+    def recreated() -> CaptureEngine:
+        return CaptureEngine.from_file(CONNECTOR, pipeline.connections, state, settings)
+
+    before = len(source_fields(pipeline.kafka, topic))
+    capture = pipeline.capture = recreated()
+    offsets = Path(capture.properties["offset.storage.file.filename"])
+    capture.start()
+    capture.wait_ready(timeout_seconds=120)
+    time.sleep(1.0)  # the snapshot's offsets flushed
+    shutil.copy(offsets, state / "after-snapshot.offsets")
+    with psycopg.connect(url, autocommit=True) as auto:
+        for tier, who in (("A", "ada"), ("B", "ada"), ("C", "edsger")):  # T1, T2, T3
+            auto.execute("UPDATE shop.customers SET tier = %s WHERE id = %s", (tier, row[who]))
+    snapshot_rows = len(row)
+    wait_for_records(pipeline, topic, before + snapshot_rows + 3)
+    pipeline.job.wait_converged(timeout_seconds=120)
+    capture.stop()
+    shutil.copy(state / "after-snapshot.offsets", offsets)
+    capture = pipeline.capture = recreated()
+    capture.start()
+    events = wait_for_records(pipeline, topic, before + snapshot_rows + 6)
+    t1, t1_again = events[before + snapshot_rows], events[before + snapshot_rows + 3]
+    assert t1["row_id"] == t1_again["row_id"] == row["ada"]
+    assert t1_again["sequence"] == t1["sequence"] == [None, t1["lsn"]], "T1 sent again"
+    wait_processed(pipeline, topic)  # the sinks already held B: the copies must be read first
+    pipeline.job.wait_converged(timeout_seconds=120)  # ada is B: T2 wins over the copy of T1
+
+
+def wait_for_records(pipeline: Pipeline, topic: str, count: int) -> list[dict[str, Any]]:
+    deadline = time.monotonic() + 120
+    while len(events := source_fields(pipeline.kafka, topic)) < count:
+        assert time.monotonic() < deadline, f"{len(events)} of {count} records in {topic}"
+        time.sleep(0.2)
+    return events
+
+
+def wait_processed(pipeline: Pipeline, topic: str) -> None:
+    """Until the job committed a batch that read the topic to its end."""
+    config = consumer_config(pipeline.kafka.bootstrap, pipeline.kafka.flavor, group_id="end")
+    ends = end_offsets(config, topic)
+    checkpoint = pipeline.job.options("main").checkpoint_dir
+    deadline = time.monotonic() + 120
+    while True:
+        processed = processed_offsets(checkpoint)
+        if processed is not None and all(
+            processed.offsets.get((topic, p), 0) >= end for p, end in ends.items()
+        ):
+            return
+        assert time.monotonic() < deadline, f"the job did not read {topic} to {ends}"
+        time.sleep(0.5)

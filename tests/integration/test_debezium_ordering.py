@@ -14,10 +14,15 @@ Observed with the embedded engine (Debezium 3.6.3, pgoutput, Postgres 15) on the
   (here one that wrote before capture stopped and committed after it restarted) carries the
   last commit end stored in the offsets (`lsn_commit`), past every change streamed before the
   stop. Only the first transaction after a snapshot lacks it.
+- restarted from the offsets stored at the end of the snapshot (a worker killed before its
+  first offset flush after it; the slot was not advanced either), capture sends the
+  transactions after the snapshot again, the first one byte for byte as before: `[null, lsn]`,
+  the same `lsn` and `txId`, after the later transactions' first copies.
 """
 
 from __future__ import annotations
 
+import shutil
 import time
 import uuid
 from collections.abc import Iterator
@@ -46,11 +51,18 @@ def database(pg_url: str) -> Iterator[str]:
         yield url
 
 
-def capture(url: str, kafka: KafkaEndpoint, state: Path, prefix: str) -> CaptureEngine:
+def capture(
+    url: str,
+    kafka: KafkaEndpoint,
+    state: Path,
+    prefix: str,
+    settings: dict[str, str] | None = None,
+) -> CaptureEngine:
     connections = Connections(
         url, kafka.bootstrap, kafka.flavor, None, "opensearch", None, None, None
     )
     overrides = {"topic.prefix": prefix, "slot.name": prefix, "publication.name": prefix}
+    overrides |= settings or {}
     # No heartbeats: their action query is a transaction of its own, which would take the place
     # of the transactions this test observes (the first one after the snapshot, above all).
     overrides["heartbeat.interval.ms"] = "0"
@@ -145,3 +157,46 @@ def test_sequence_orders_transactions_by_commit_and_keeps_one_value_per_transact
     assert t4["sequence"][0] is not None and t4["sequence"][0] > t3[-1]["lsn"]
     assert t4["sequence"][1] == t4["lsn"]
     assert t5["sequence"][0] > t4["sequence"][0]
+
+
+# The slot keeps its position until the restart, as when the worker dies before its first flush.
+UNFLUSHED = {"lsn.flush.mode": "manual"}
+
+
+def test_a_restart_from_the_snapshots_offsets_sends_the_first_transaction_again(
+    database: str, kafka: KafkaEndpoint, tmp_path: Path
+) -> None:
+    prefix = f"ord{uuid.uuid4().hex[:6]}"
+    topic = f"{prefix}.{TABLE}"
+    with psycopg.connect(database, autocommit=True) as setup:
+        row = ids(setup)
+    engine = capture(database, kafka, tmp_path, prefix, UNFLUSHED)
+    offsets = Path(engine.properties["offset.storage.file.filename"])
+    try:
+        engine.start()
+        engine.wait_ready(timeout_seconds=120)
+        time.sleep(1.0)  # the snapshot's offsets flushed
+        shutil.copy(offsets, tmp_path / "after-snapshot.offsets")
+        with psycopg.connect(database, autocommit=True) as auto:
+            update(auto, row["ada"], "A")  # T1
+            update(auto, row["ada"], "B")  # T2
+            update(auto, row["grace"], "C")  # T3
+        first = wait_for_events(kafka, topic, 4 + 3)
+    finally:
+        engine.stop()
+    shutil.copy(tmp_path / "after-snapshot.offsets", offsets)
+    restarted = capture(database, kafka, tmp_path, prefix, UNFLUSHED)
+    try:
+        restarted.start()
+        events = wait_for_events(kafka, topic, 4 + 3 + 3)
+    finally:
+        restarted.stop()
+    snapshot_point = first[0]["lsn"]
+    t1, t2, t3 = first[4:]
+    again = events[7:]
+    assert t1["sequence"] == [None, t1["lsn"]] and t1["lsn"] > snapshot_point
+    assert t2["sequence"][0] is not None and t3["sequence"][0] > t2["sequence"][0]
+    fields = ("op", "row_id", "lsn", "txId", "sequence")
+    assert [{f: e[f] for f in fields} for e in again] == [
+        {f: e[f] for f in fields} for e in (t1, t2, t3)
+    ], "the same three transactions, the first again without a last commit"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -18,14 +19,22 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from cdc_sync.core.kafka_clients import admin_config, producer_config
+from cdc_sync.job.batch_phases import SmallBatches
 from cdc_sync.job.runner import JobOptions, job_stream
 from cdc_sync.source import kafka_stream, python_stream, stream_options
 from cdc_sync.source.builtin import builtin_kafka_available
 from cdc_sync.source.offsets import PartitionRange
 from cdc_sync.source.options import FETCH_TIMEOUT, parse_options
-from cdc_sync.source.python_kafka import KAFKA_SCHEMA, KafkaRangeUnreachable, consume_range
+from cdc_sync.source.python_kafka import (
+    KAFKA_SCHEMA,
+    CdcKafkaStreamReader,
+    KafkaRangeUnreachable,
+    consume_range,
+    read_range_arrow,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -366,3 +375,40 @@ def test_a_backlog_drains_in_bounded_batches_under_the_job_options(
     collected = run_available_now(stream, options.checkpoint_dir)
     assert_exactly(collected, expected_coordinates(records, {}))
     assert [size for size in collected.batch_sizes if size] == [10, 10, 10]
+
+
+def test_the_driver_reads_a_recreated_topic_from_its_start_when_told_to_continue(
+    kafka: Any, tmp_path: Path
+) -> None:
+    """Small batches run on the driver, which reads their ranges itself (job.batch_phases). A
+    topic re-created below the checkpoint under failOnDataLoss=false is planned from its low
+    watermark: the driver reads the new records from there too, as the source's tasks do."""
+    topic = f"recreated{uuid.uuid4().hex[:8]}"
+    create_topics(kafka.bootstrap, [topic], partitions=1)
+    produce(kafka, one_partition(keyed_records([topic], 10, "old")))
+    delete_topics(kafka.bootstrap, [topic])
+    create_topics(kafka.bootstrap, [topic], partitions=1)
+    fresh = one_partition(keyed_records([topic], 3, "new"))
+    produce(kafka, fresh)
+    options = parse_options(
+        stream_options(
+            bootstrap=kafka.bootstrap, flavor=kafka.flavor, topics=[topic], fail_on_data_loss=False
+        )
+    )
+    checkpoint = {topic: {"0": 10}}  # the old topic read to its end
+    planner = CdcKafkaStreamReader(options)
+    try:
+        end = planner.latestOffset(checkpoint, ReadAllAvailable())
+    finally:
+        planner.stop()
+    assert end == {topic: {"0": 3}}
+    log = tmp_path / "offsets"
+    log.mkdir()
+    for batch_id, ends in enumerate([checkpoint, end]):
+        (log / str(batch_id)).write_text(f"v1\n{{}}\n{json.dumps(ends)}\n")
+    ranges = SmallBatches(options, tmp_path, 1000)._ranges(1)
+    assert ranges == [PartitionRange(topic, 0, 0, 3)]
+    read = [
+        row for span in ranges for b in read_range_arrow(options, span) for row in b.to_pylist()
+    ]
+    assert [row["key"] for row in read] == [key for _, _, key, _ in fresh]

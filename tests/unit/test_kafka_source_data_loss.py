@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 from pathlib import Path
 from types import SimpleNamespace
@@ -20,7 +21,7 @@ from cdc_sync.source.data_loss import (
     find_lost,
     resolve_starts,
 )
-from cdc_sync.source.offsets import PartitionRange, to_offset_json
+from cdc_sync.source.offsets import PartitionRange, from_offset_json, to_offset_json
 from cdc_sync.source.options import parse_options
 from cdc_sync.source.python_kafka import CdcKafkaStreamReader, KafkaPartitionRange
 
@@ -181,3 +182,46 @@ def test_job_defaults_bound_the_micro_batch_and_fail_on_data_loss(tmp_path: Path
     assert parsed("--max-offsets-per-trigger", "0").max_offsets_per_trigger is None
     assert parsed("--no-fail-on-data-loss").fail_on_data_loss is False
     assert parsed("--checkpoint", "elsewhere").checkpoint_dir == Path("elsewhere")
+
+
+def offset_log(checkpoint: Path, batch_id: int, ends: dict[tuple[str, int], int]) -> None:
+    """Spark's offset log entry of a batch: version, metadata, then the source's end offsets."""
+    folder = checkpoint / "offsets"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / str(batch_id)).write_text(f"v1\n{{}}\n{json.dumps(to_offset_json(ends))}\n")
+
+
+def test_the_driver_reads_a_rebased_partition_from_its_low_watermark_like_the_tasks(
+    tmp_path: Path,
+) -> None:
+    """Topic t partition 0 was re-created (3 records) below the checkpoint (120); planning under
+    failOnDataLoss=false rebased it, so batch 5 ends at 3. The driver's reader of small batches
+    starts it at the low watermark, as the source's tasks do, not at 120 (which read nothing
+    and committed 3: the new topic's records skipped)."""
+    from cdc_sync.job.batch_phases import SmallBatches
+
+    marks = {("t", 0): (0, 3), ("t", 1): (0, 35)}
+    planner = reader(marks, failOnDataLoss="false")
+    begin = {("t", 0): 120, ("t", 1): 30}
+    end = from_offset_json(planner.latestOffset(to_offset_json(begin), ReadMaxRows(100)))
+    assert end == {("t", 0): 3, ("t", 1): 35}
+    offset_log(tmp_path, 4, begin)
+    offset_log(tmp_path, 5, end)
+    asked: list[list[tuple[str, int]]] = []
+
+    def watermarks(options: Any, partitions: Any) -> dict[tuple[str, int], tuple[int, int]]:
+        asked.append(list(partitions))
+        return {tp: marks[tp] for tp in partitions}
+
+    small = SmallBatches(planner.options, tmp_path, 1000, watermarks)
+    expected = [PartitionRange("t", 0, 0, 3), PartitionRange("t", 1, 30, 35)]
+    assert small._ranges(5) == expected
+    assert asked == [[("t", 0)]]  # only the rebased partition: no broker call otherwise
+    tasks = planner.partitions(to_offset_json(begin), to_offset_json(end))
+    assert [p.span for p in tasks if isinstance(p, KafkaPartitionRange)] == expected
+    # Re-planned after a restart, the new topic has grown past the old offset meanwhile: the
+    # batch still starts at the low watermark (from 120 it would read nothing).
+    marks[("t", 0)] = (0, 200)
+    assert small._ranges(5) == expected
+    tasks = planner.partitions(to_offset_json(begin), to_offset_json(end))
+    assert [p.span for p in tasks if isinstance(p, KafkaPartitionRange)] == expected

@@ -1,5 +1,5 @@
-"""The per-partition version floor: raised record by record in offset order, kept across
-batches beside the checkpoint."""
+"""The per-partition version floor (the highest snapshot point): raised record by record in
+offset order, kept across batches beside the checkpoint."""
 
 import json
 from pathlib import Path
@@ -7,9 +7,10 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from cdc_sync.job.decode import decode_batches
+from cdc_sync.job.decode import KIND_CHANGE, decode_and_fold, decode_batches, load_change
 from cdc_sync.job.version_floors import (
     FileVersionFloors,
+    Floors,
     StoredFloors,
     VersionFloorsCorrupt,
     raised,
@@ -20,8 +21,10 @@ pytestmark = pytest.mark.unit
 TOPIC = "cdc.shop.products"
 
 
-def record(key: int, op: str, lsn: int, sequence: str, snapshot: str) -> tuple[bytes, bytes]:
-    envelope = json.loads(envelope_bytes("products", op, lsn, product(key)))
+def record(
+    key: int, op: str, lsn: int, sequence: str, snapshot: str, name: str = "n"
+) -> tuple[bytes, bytes]:
+    envelope = json.loads(envelope_bytes("products", op, lsn, product(key, name=name)))
     envelope["payload"]["source"].update(sequence=sequence, snapshot=snapshot)
     return key_bytes("products", {"id": key}), json.dumps(envelope).encode()
 
@@ -38,7 +41,7 @@ def batch(records: list[tuple[bytes, bytes]], partition: int = 0) -> pa.RecordBa
     )
 
 
-def versions(batches: list[pa.RecordBatch], floors: dict[tuple[str, int], int]) -> list[int]:
+def versions(batches: list[pa.RecordBatch], floors: Floors) -> list[int]:
     return [
         r["version"] for b in decode_batches(iter(batches), floors=floors) for r in b.to_pylist()
     ]
@@ -77,22 +80,98 @@ def test_floors_survive_a_restart_and_only_grow(tmp_path: Path) -> None:
 def test_a_batch_rerun_after_a_crash_starts_from_the_floors_it_started_from() -> None:
     """Floors are saved before Spark commits the batch's offsets; a crash in between re-runs the
     batch under the same id. From its own floors, its first transaction after the snapshot would
-    take the version of the batch's last transaction (1400), above the transaction in between
-    (1250): the older change of key 1 would win."""
+    take the point of a later snapshot in the batch (2000, taken after key 1 was deleted at
+    1250): the older update of key 1 would win over its delete."""
     snapshot = [record(k, "r", 1000, '[null,"1000"]', "true") for k in (1, 2)]
     first_after = record(1, "u", 900, '[null,"900"]', "false")
-    between = record(1, "u", 1300, '["1250","1300"]', "false")
-    last = record(2, "u", 1450, '["1400","1450"]', "false")
-    records = [batch([*snapshot, first_after, between, last])]
+    deleted = record(1, "d", 1300, '["1250","1300"]', "false")
+    resnapshot = record(2, "r", 2000, '[null,"2000"]', "true")
+    records = [batch([*snapshot, first_after, deleted, resnapshot])]
     first_run = versions(records, {})
-    assert first_run == [1000, 1000, 1000, 1250, 1400]
-    stored = StoredFloors(7, {}, raised({}, {(TOPIC, 0): max(first_run)}))
+    assert first_run == [1000, 1000, 1000, 1250, 2000]
+    stored = StoredFloors(7, {}, raised({}, {(TOPIC, 0): 2000}))
     assert versions(records, stored.for_batch(7)) == first_run
-    assert versions(records, stored.after)[2] == 1400  # the hazard the batch id guards against
+    assert versions(records, stored.after)[2] == 2000  # the hazard the batch id guards against
 
 
 def test_an_unreadable_floors_file_names_itself(tmp_path: Path) -> None:
     store = FileVersionFloors(tmp_path / "cdc_sync_versions.json")
-    store.path.write_text('{"format": 1, "partitions": [{"topic": "t"}]}')
+    store.path.write_text('{"format": 2, "partitions": [{"topic": "t"}]}')
     with pytest.raises(VersionFloorsCorrupt, match=r"cdc_sync_versions\.json"):
         store.load()
+
+
+def test_floors_of_the_earlier_format_are_dropped(tmp_path: Path) -> None:
+    """Format 1 held the highest version of any record, which would lift a re-sent first
+    transaction above later ones: it is not read as snapshot points."""
+    store = FileVersionFloors(tmp_path / "cdc_sync_versions.json")
+    entries = [{"topic": TOPIC, "partition": 0, "version": 30875040}]
+    old = {"format": 1, "batch": 3, "before": entries, "after": entries}
+    store.path.write_text(json.dumps(old))
+    assert store.load() == StoredFloors()
+
+
+# Observed (tests/integration/test_debezium_ordering.py): capture restarted from the offsets
+# stored at the end of the snapshot (the worker killed before its first flush after it) sends
+# T1, T2, T3 again, T1 byte for byte as before: `[null, lsn]`, same lsn and txId.
+S = 30874648
+T1 = record(1, "u", 30874688, '[null,"30874688"]', "false", name="A")
+T2 = record(1, "u", 30874864, '["30874864","30874864"]', "false", name="B")
+T3 = record(2, "u", 30875040, '["30875040","30875040"]', "false", name="C")
+SNAPSHOT = [record(k, "r", S, f'[null,"{S}"]', "true") for k in (1, 2)]
+
+
+def folded(batches: list[pa.RecordBatch], floors: Floors) -> list[dict[str, object]]:
+    return [r for b in decode_and_fold(iter(batches), floors=floors) for r in b.to_pylist()]
+
+
+def newest_names(batches: list[pa.RecordBatch], floors: Floors) -> dict[str, object]:
+    changes = [load_change(r) for r in folded(batches, floors) if r["kind"] == KIND_CHANGE]
+    return {c.doc_id: (c.row or {}).get("name") for c in changes}
+
+
+def kept_floors(batches: list[pa.RecordBatch]) -> Floors:
+    """What the driver keeps after the batch: the side rows' snapshot points (job.stream)."""
+    from cdc_sync.job.stream import SideRows
+
+    return raised({}, SideRows(folded(batches, {})).floors)
+
+
+def test_a_re_sent_first_transaction_is_not_lifted_above_the_transactions_after_it() -> None:
+    """T1 sets key 1 to A, T2 sets it to B; both are sent again after T3. The re-sent T1 keeps
+    T1's version (it needs lifting to the snapshot's point only, not to T3's version), below
+    T2's: the key ends with B, in one batch or across batches."""
+    once = [*SNAPSHOT, T1, T2, T3]
+    again = [T1, T2, T3]
+    assert versions([batch([*once, *again])], {}) == [
+        S, S, 30874688, 30874864, 30875040, 30874688, 30874864, 30875040
+    ]  # fmt: skip
+    assert newest_names([batch([*once, *again])], {}) == {"1": "B", "2": "C"}
+    # Across batches: the floors kept after the first batch do not lift the re-sent T1 either.
+    kept = kept_floors([batch(once)])
+    assert kept == {(TOPIC, 0): S}
+    assert versions([batch(again)], kept) == [30874688, 30874864, 30875040]
+    assert newest_names([batch(again)], kept) == {"1": "B", "2": "C"}
+
+
+def test_the_first_transaction_after_a_snapshot_still_wins_when_it_wrote_before_the_point() -> None:
+    """The snapshot case the floor is for, unchanged: a transaction written before S and
+    committed after it streams as `[null, lsn < S]` and is lifted to S (the snapshot rows
+    are read at S and do not hold it), in the batch and from the floors of earlier batches."""
+    early = record(1, "u", S - 40, f'[null,"{S - 40}"]', "false", name="early")
+    assert versions([batch([*SNAPSHOT, early])], {}) == [S, S, S]
+    assert newest_names([batch([*SNAPSHOT, early])], {}) == {"1": "early", "2": "n"}
+    assert versions([batch([early])], {(TOPIC, 0): S}) == [S]
+
+
+def test_only_snapshot_reads_without_a_last_commit_raise_the_floor() -> None:
+    """Streamed changes and incremental-snapshot rows (read while capture had a last commit)
+    leave the floor where it is: lifting past them is what fenced out later transactions."""
+    key, value = record(2, "r", 0, '["30875300","30875344"]', "incremental")
+    envelope = json.loads(value)
+    envelope["payload"]["source"]["lsn"] = None  # incremental rows carry no lsn
+    incremental = (key, json.dumps(envelope).encode())
+    rows = [*SNAPSHOT, T1, T2, T3, incremental]
+    assert kept_floors([batch(rows)]) == {(TOPIC, 0): S}
+    # A re-sent T1 after that chunk stays below T2.
+    assert versions([batch([*rows, T1])], {})[-1] == 30874688

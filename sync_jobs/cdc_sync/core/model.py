@@ -79,6 +79,10 @@ class Change:
     # The change's own WAL position (Debezium's `source.lsn`); None where it has none
     # (incremental-snapshot rows, tombstones).
     position: int | None = None
+    # A snapshot row read before capture streamed any commit (`source.sequence` `[null, S]`):
+    # its point S, the version floor of the first transaction streamed after it
+    # (debezium.decoder.commit_order_version). None for every other change.
+    snapshot_point: int | None = None
 
     @property
     def is_delete(self) -> bool:

@@ -41,7 +41,7 @@ def parse_record(
 ) -> Change | Tombstone:
     """Parse one Kafka record written by Debezium's JsonConverter: with schemas.enable=true,
     or, when `known` schemas are given, without (plain JSON key and envelope). `floor`: the
-    highest version of the records before this one in its partition (`commit_order_version`)."""
+    highest snapshot point before this record in its partition (`commit_order_version`)."""
     if known is not None:
         return _parse_schemaless(key, value, coordinates, known, floor)
     key_doc = _load_json(key, coordinates, "key")
@@ -171,6 +171,7 @@ def _parse_payload(
     position = _own_position(source)
     if op is Op.DELETE:
         return Change(table, key, op, version, None, coordinates, ts_ms, position=position)
+    point = version if _is_snapshot_row(source) and _without_last_commit(source) else None
     after = payload.get("after")
     if not isinstance(after, dict):
         raise MalformedRecord(coordinates, f"{where}.after", f"missing for op {op.value!r}")
@@ -188,7 +189,17 @@ def _parse_payload(
     except ValueError as exc:
         raise MalformedRecord(coordinates, f"{where}.after", str(exc)) from exc
     return Change(
-        table, key, op, version, row, coordinates, ts_ms, unavailable, row_schema, position=position
+        table,
+        key,
+        op,
+        version,
+        row,
+        coordinates,
+        ts_ms,
+        unavailable,
+        row_schema,
+        position=position,
+        snapshot_point=point,
     )
 
 
@@ -207,11 +218,16 @@ def commit_order_version(source: Mapping[str, Any], floor: int = 0) -> int | Non
     Snapshot rows `[null, S]` carry the snapshot's consistent point S. The first transaction
     streamed after a snapshot has no last commit (`[null, lsn]`), and its own `lsn` can lie
     before S: a transaction that began before the consistent point and commits after it is not
-    in the snapshot, yet written earlier. It is newer than every record before it in its
-    partition (snapshot rows included) and older than the next transaction, whose version is
-    its commit end: so its version is the larger of its `lsn` and `floor`, the highest version
-    of the records before it in its partition (the job keeps it across batches,
-    `job/version_floors.py`); equal to a snapshot row's, it still wins by Kafka order.
+    in the snapshot, yet written earlier. It is newer than the snapshot rows and older than the
+    next transaction, whose version is its commit end: so its version is the larger of its
+    `lsn` and `floor`, the highest snapshot point before it in its partition (a snapshot row
+    read while capture had streamed no commit yet, `[null, S]`: `Change.snapshot_point`; the job
+    keeps it across batches, `job/version_floors.py`); equal to a snapshot row's, it still wins
+    by Kafka order. Only the snapshot's point, not the partition's highest version: Debezium
+    sends that transaction again, byte for byte, when it restarts from offsets stored before
+    its first commit (observed in tests/integration/test_debezium_ordering.py), and the copy
+    must not rise above the transactions that followed it. Its commit ends after S, so every
+    later transaction's version exceeds max(lsn, S), and the copy keeps the original's version.
     Incremental-snapshot rows carry no `lsn`; their sequence is that of the chunk's closing
     watermark, ordering them after every change they reflect (Debezium drops chunk rows of keys
     changed inside the window) and before every transaction that commits after the window.
@@ -225,6 +241,11 @@ def commit_order_version(source: Mapping[str, Any], floor: int = 0) -> int | Non
         first_after_snapshot = bool(sequence) and not _is_snapshot_row(source)
         return max(lsn, floor) if first_after_snapshot else lsn
     return sequence[-1] if sequence and sequence[-1] is not None else None
+
+
+def _without_last_commit(source: Mapping[str, Any]) -> bool:
+    sequence = _sequence(source)
+    return bool(sequence) and sequence[0] is None
 
 
 def _own_position(source: Mapping[str, Any]) -> int | None:

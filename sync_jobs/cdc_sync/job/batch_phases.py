@@ -19,7 +19,7 @@ where it ran.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
@@ -40,14 +40,19 @@ from cdc_sync.job.task_writes import (
     write_partition,
 )
 from cdc_sync.source.checkpoint import batch_end_offsets
-from cdc_sync.source.offsets import PartitionRange, ranges_between
+from cdc_sync.source.data_loss import Watermarks, batch_ranges, moved_back
+from cdc_sync.source.offsets import PartitionRange, TopicPartition
 from cdc_sync.source.options import KafkaSourceOptions
-from cdc_sync.source.python_kafka import read_range_arrow
+from cdc_sync.source.python_kafka import broker_watermarks, read_range_arrow
 
 FOLDED_SPARK = from_arrow_schema(FOLDED_SCHEMA)  # one schema: decode.py's Arrow one
 WRITES_SPARK = from_arrow_schema(WRITES_SCHEMA)
 INPUT_COLUMNS = ("key", "value", "topic", "partition", "offset")
 
+# The broker's (low, high) watermarks of some partitions (source.python_kafka.broker_watermarks).
+WatermarksOf = Callable[
+    [KafkaSourceOptions, Sequence[TopicPartition]], Mapping[TopicPartition, Watermarks]
+]
 # Arrow batches of one partition in, folded rows (changes, then side rows) out.
 DecodeFold = Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
 
@@ -136,10 +141,17 @@ class SmallBatches:
     """Decides which batches run on the driver: those of at most `max_records` offsets whose
     ranges the checkpoint's offset log gives (every batch after the first)."""
 
-    def __init__(self, options: KafkaSourceOptions, checkpoint_dir: Path, max_records: int) -> None:
+    def __init__(
+        self,
+        options: KafkaSourceOptions,
+        checkpoint_dir: Path,
+        max_records: int,
+        watermarks: WatermarksOf = broker_watermarks,
+    ) -> None:
         self.options = options
         self.checkpoint_dir = checkpoint_dir
         self.max_records = max_records
+        self.watermarks = watermarks  # asked only when planning rebased a partition
 
     def phases(self, batch: DataFrame, batch_id: int) -> BatchPhases:
         ranges = self._ranges(batch_id)
@@ -149,15 +161,23 @@ class SmallBatches:
 
     def _ranges(self, batch_id: int) -> list[PartitionRange] | None:
         """The batch's ranges, or None when the batch is large or its start is not in the
-        offset log. Each range's start is checked against the broker when it is read
-        (`consume_range`: failOnDataLoss, as the source's own tasks do)."""
+        offset log. They follow the source's own rule (`batch_ranges`): a partition planning
+        rebased (a re-created topic under failOnDataLoss=false) starts at its low watermark,
+        not at the previous batch's end. Each range's start is checked against the broker
+        when it is read (`consume_range`: failOnDataLoss, as the source's own tasks do)."""
         if self.max_records <= 0 or batch_id == 0:
             return None
         start = batch_end_offsets(self.checkpoint_dir, batch_id - 1)
         end = batch_end_offsets(self.checkpoint_dir, batch_id)
         if start is None or end is None:
             return None
-        ranges = ranges_between(start, end)
+        rebased = moved_back(start, end)
+        ranges = batch_ranges(
+            start,
+            end,
+            self.watermarks(self.options, rebased) if rebased else {},
+            fail_on_data_loss=self.options.fail_on_data_loss,
+        )
         if sum(span.size for span in ranges) > self.max_records:
             return None
         return ranges

@@ -44,6 +44,7 @@ DECODED_SCHEMA = pa.schema(
         pa.field("doc_id", pa.string()),
         pa.field("version", pa.int64()),
         pa.field("bound", pa.int64()),  # Change.commit_bound: the read-your-writes candidate
+        pa.field("floor", pa.int64()),  # Change.snapshot_point: the partition's floor
         pa.field("change", pa.binary()),
         pa.field("schema_fp", pa.string()),
         pa.field("schema_blob", pa.binary()),
@@ -99,8 +100,8 @@ def _decode_row(
         if tombstone_deletes is not None and str(parsed.table) in tombstone_deletes:
             return row | _change_columns(tombstone_delete(parsed), seen, KIND_TOMBSTONE_DELETE)
         return row | {"kind": KIND_TOMBSTONE, "table": str(parsed.table), "key": key}
-    if floors is not None:
-        floors[where] = max(floor, parsed.version)
+    if floors is not None and parsed.snapshot_point is not None:
+        floors[where] = max(floor, parsed.snapshot_point)
     return row | _change_columns(parsed, seen)
 
 
@@ -118,6 +119,7 @@ def _change_columns(change: Change, seen: set[str], kind: str = KIND_CHANGE) -> 
         "doc_id": change.doc_id,
         "version": change.version,
         "bound": change.commit_bound,
+        "floor": change.snapshot_point,
         "change": pickle.dumps(dataclasses.replace(change, schema=None), protocol=5),
     }
     if change.schema is not None:
@@ -137,9 +139,9 @@ def decode_batches(
 ) -> Iterator[pa.RecordBatch]:
     """`known`: catalog schemas when records carry none (mapping `source.schemas: catalog`);
     `tombstone_deletes`: tables (`schema.table`) whose tombstones are deletes (`on_tombstone:
-    delete`), the others' are handed to the driver's policy; `floors`: the highest version
-    per (topic, partition) of earlier batches (`job.version_floors`), raised here record by
-    record, which needs each partition's records in offset order, as the sources give them."""
+    delete`), the others' are handed to the driver's policy; `floors`: the highest snapshot
+    point per (topic, partition) of earlier batches (`job.version_floors`), raised here record
+    by record, which needs each partition's records in offset order, as the sources give them."""
     seen: set[str] = set()
     running = dict(floors or {})
     for batch in batches:
@@ -240,7 +242,7 @@ def decode_and_fold(
     """One input partition: its records decoded, its changes folded per key (sorted here, in
     the task: no shuffle), then its side rows. A folded change's schema travels as a
     fingerprint; the first row of each fingerprint carries the pickled schema. `floors`: see
-    `decode_batches`; the stats rows carry each partition's highest change version."""
+    `decode_batches`; the stats rows carry each partition's highest snapshot point."""
     decoded = pa.Table.from_batches(
         list(decode_batches(batches, known, tombstone_deletes, floors)), schema=DECODED_SCHEMA
     )
@@ -293,7 +295,7 @@ def decode_and_fold(
 
 def _stats_rows(decoded: pa.Table, task: str) -> list[dict[str, object]]:
     grouped = decoded.group_by(["kind", "topic", "partition"]).aggregate(
-        [("offset", "count"), ("offset", "max"), ("version", "max"), ("bound", "max")]
+        [("offset", "count"), ("offset", "max"), ("floor", "max"), ("bound", "max")]
     )
     return [
         {
@@ -303,7 +305,7 @@ def _stats_rows(decoded: pa.Table, task: str) -> list[dict[str, object]]:
             "partition": row["partition"],
             "offset": row["offset_max"],
             "count": row["offset_count"],
-            "version": row["version_max"],
+            "floor": row["floor_max"],
             "bound": row["bound_max"],
             "task": task,
         }

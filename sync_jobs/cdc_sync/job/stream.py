@@ -69,7 +69,7 @@ class MicroBatchProcessor:
         self.row_sinks = [sink for sink in applier.sinks if sink not in self.driver_sinks]
         self.known = known  # shipped to executors
         self.tombstone_deletes = applier.mapping.tombstone_delete_tables()
-        # Highest version per partition so far (job.version_floors), kept beside the checkpoint.
+        # Highest snapshot point per partition (job.version_floors), kept beside the checkpoint.
         self.floors_store = floors_store
         self.floors = floors_store.load() if floors_store is not None else StoredFloors()
         # Which batches run on the driver (batch_phases); None: every batch on the executors.
@@ -121,14 +121,12 @@ class MicroBatchProcessor:
             {"write": stages.get("write", 0.0), **_task_seconds(tasks)},
             driver_sinks,
         )
-        self._keep_floors(batch_id, floors, summary.versions)
+        self._keep_floors(batch_id, floors, summary.floors)
         return metrics
 
-    def _keep_floors(
-        self, batch_id: int, before: Floors, versions: dict[tuple[str, int], int]
-    ) -> None:
+    def _keep_floors(self, batch_id: int, before: Floors, points: Floors) -> None:
         """After every sink acknowledged, before Spark commits the offsets (version_floors)."""
-        self.floors = StoredFloors(batch_id, before, raised(before, versions))
+        self.floors = StoredFloors(batch_id, before, raised(before, points))
         if self.floors_store is not None:
             self.floors_store.save(self.floors)
 
@@ -163,7 +161,7 @@ class SideRows:
     def __init__(self, rows: list[dict[str, Any]]) -> None:
         self.counts: dict[str, int] = defaultdict(int)
         self.offsets: dict[tuple[str, int], int] = {}
-        self.versions: dict[tuple[str, int], int] = {}  # highest change version per partition
+        self.floors: Floors = {}  # highest snapshot point per partition (job.version_floors)
         self.commit_bound: int | None = None  # highest Change.commit_bound (job.watermarks)
         self.rejected: list[Rejected] = []
         self.compacted = 0
@@ -175,8 +173,8 @@ class SideRows:
                 self.counts[row["counted"]] += row["count"]
                 where = (row["topic"], row["partition"])
                 self.offsets[where] = max(self.offsets.get(where, -1), row["offset"])
-                if row["counted"] == KIND_CHANGE and row.get("version") is not None:
-                    self.versions[where] = max(self.versions.get(where, 0), row["version"])
+                if row.get("floor") is not None:
+                    self.floors[where] = max(self.floors.get(where, 0), row["floor"])
                 if row.get("bound") is not None:
                     self.commit_bound = max(self.commit_bound or 0, row["bound"])
                 readers[where].add(row["task"])

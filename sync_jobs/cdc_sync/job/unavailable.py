@@ -9,7 +9,11 @@ from the source of truth instead, read-only, in one query per table and batch.
 The value read may be newer than the change (the row changed again since); it is written with
 the change's own version, so the later change, still on its way through the log, overwrites it
 as usual: the sinks converge. A key no longer in Postgres was deleted since; its delete follows
-in the log, so the change is left out rather than written incomplete.
+in the log, so the change is left out rather than written incomplete. A column the table no
+longer has (dropped or renamed since) has no value to read: it stays unavailable, so the sinks
+keep what they hold, and the schema change, which follows in the log, meets the mapping's
+`on_schema_change` policy. Each change is read with its own schema: a batch can hold changes
+written before and after a column was added.
 """
 
 from __future__ import annotations
@@ -73,20 +77,22 @@ class SourceFiller:
         return filled, gone
 
     def _read(self, table: TableId, pending: Sequence[Change]) -> dict[tuple[Any, ...], Any]:
-        schema = next(c.schema for c in pending if c.schema is not None)
-        wanted = sorted({name for c in pending for name in _wanted_columns(c)})
+        found: dict[tuple[Any, ...], Any] = {}
         try:
-            return read_columns(
-                self._connection(),
-                table,
-                _columns(schema, [name for name, _ in pending[0].key]),
-                [_key(c) for c in pending],
-                _columns(schema, wanted),
-                self.modes,
-            )
+            for schema, group in _by_schema(pending):
+                wanted = sorted({name for c in group for name in _wanted_columns(c)})
+                found |= read_columns(
+                    self._connection(),
+                    table,
+                    _columns(schema, [name for name, _ in group[0].key]),
+                    [_key(c) for c in group],
+                    _columns(schema, [name for name in wanted if name in schema.names]),
+                    self.modes,
+                )
         except psycopg.OperationalError:
             self.close()  # a broken connection is replaced on the next attempt
             raise
+        return found
 
     def _connection(self) -> psycopg.Connection[Any]:
         if self._conn is None or self._conn.closed:
@@ -105,6 +111,18 @@ def _key(change: Change) -> tuple[Any, ...]:
     return tuple(value for _, value in change.key)
 
 
+def _by_schema(pending: Sequence[Change]) -> list[tuple[RowSchema, list[Change]]]:
+    """The changes grouped by the schema they were written with (one key per change: the
+    batch is folded); a change without one (a delete) goes with the first schema."""
+    fallback = next((c.schema for c in pending if c.schema is not None), None)
+    groups: dict[str, tuple[RowSchema, list[Change]]] = {}
+    for change in pending:
+        schema = change.schema or fallback
+        if schema is not None:
+            groups.setdefault(schema.fingerprint, (schema, []))[1].append(change)
+    return list(groups.values())
+
+
 def _columns(schema: RowSchema, names: Sequence[str]) -> list[Column]:
     return [schema.column(name) for name in names]
 
@@ -114,7 +132,10 @@ def _settled(delete: Change, values: dict[str, Any] | None) -> Change:
     if values is None or delete.schema is None:
         return dataclasses.replace(delete, resolve_from_source=False)
     row = {name: values[name] for name in delete.schema.names if name in values}
-    return dataclasses.replace(delete, op=Op.UPDATE, row=row, resolve_from_source=False)
+    unread = frozenset(delete.schema.names) - row.keys()  # columns the table no longer has
+    return dataclasses.replace(
+        delete, op=Op.UPDATE, row=row, unavailable_columns=unread, resolve_from_source=False
+    )
 
 
 def _with_values(change: Change, values: dict[str, Any]) -> Change:

@@ -1,18 +1,24 @@
-"""The highest version applied per Kafka partition, kept beside the Spark checkpoint.
+"""The highest snapshot point per Kafka partition, kept beside the Spark checkpoint.
 
 The first transaction Debezium streams after a snapshot carries no commit position, only its
-changes' own LSNs, which can lie before the snapshot's point; it is versioned no lower than
-every record before it in its partition (`cdc_sync.debezium.decoder.commit_order_version`).
-Decoding scans each partition in offset order and needs that floor for records already
-processed by earlier micro-batches: `<checkpoint>/cdc_sync_versions.json` holds it.
+changes' own LSNs, which can lie before the snapshot's consistent point S; it is versioned no
+lower than the snapshot points before it in its partition
+(`cdc_sync.debezium.decoder.commit_order_version`): the points of snapshot rows read while
+capture had streamed no commit (`Change.snapshot_point`), never the versions of streamed
+changes, so a copy of that transaction sent again later is not lifted above the transactions
+that followed it. Decoding scans each partition in offset order and needs the points of
+records already processed by earlier micro-batches: `<checkpoint>/cdc_sync_versions.json`
+holds them.
 
 It belongs to the checkpoint like the offsets: a new checkpoint replays the topics from the
 start and rebuilds it. It is saved after every sink acknowledged a batch and before Spark
 commits the batch's offsets, with the batch id and the floors the batch started from: a batch
 that re-runs after a crash in between (Spark re-runs it under the same id) starts from those
 again. Starting it from floors that include its own records would lift its first transaction
-after a snapshot to the version of a later transaction, above the one in between, which could
-then lose to the older change of a key both touched.
+after a snapshot to the point of a later snapshot in the same batch, above a transaction in
+between (a delete, say), which could then lose to the older change of a key both touched.
+Format 1 held the highest version of any record (before streamed copies of the first
+transaction could be told apart); it is dropped on load, with a warning.
 """
 
 from __future__ import annotations
@@ -28,9 +34,10 @@ from cdc_sync.core.files import write_atomically
 log = logging.getLogger(__name__)
 
 FILE_NAME = "cdc_sync_versions.json"
-FORMAT = 1
+FORMAT = 2
+DROPPED_FORMATS = (1,)  # highest versions, not snapshot points: unusable as floors
 
-Floors = dict[tuple[str, int], int]  # (topic, partition) -> highest version seen
+Floors = dict[tuple[str, int], int]  # (topic, partition) -> highest snapshot point seen
 
 
 @dataclass(frozen=True)
@@ -65,6 +72,15 @@ class FileVersionFloors:
             return StoredFloors()
         try:
             document = json.loads(text)
+            if document.get("format") in DROPPED_FORMATS:
+                log.warning(
+                    "%s: version floors of an earlier release (format %s) dropped; a snapshot "
+                    "whose rows were applied before this start does not lift a transaction "
+                    "streamed after it (`cdc-sync verify` finds such a row)",
+                    self.path,
+                    document["format"],
+                )
+                return StoredFloors()
             if document.get("format") != FORMAT:
                 raise ValueError(f"expected format {FORMAT}")
             return StoredFloors(
@@ -104,7 +120,7 @@ def _floors(entries: list[dict[str, object]]) -> Floors:
 
 
 def raised(floors: Mapping[tuple[str, int], int], seen: Mapping[tuple[str, int], int]) -> Floors:
-    """`floors` with each partition raised to the highest version `seen` in it."""
+    """`floors` with each partition raised to the highest point `seen` in it."""
     merged = dict(floors)
     for where, version in seen.items():
         merged[where] = max(merged.get(where, version), version)

@@ -35,11 +35,14 @@ def read_columns(
     modes: ConverterModes,
 ) -> dict[KeyValues, dict[str, Any]]:
     """key values -> {column: value} for the keys that exist now (absent keys were deleted).
-    Keys are given, and returned, as the decoder converts them."""
-    if not keys or not columns:
+    Keys are given, and returned, as the decoder converts them. Only the `columns` the table
+    has now are read (and returned): one dropped or renamed since the change was written is
+    not an error, it has no value to read any more."""
+    if not keys:
         return {}
     key_names = [column.name for column in key_columns]
     pg_types = {c.name: c.type_name for c in catalog_columns(conn, table)}
+    columns = [column for column in columns if column.name in pg_types]
     selected: list[sql.Composable] = [sql.Identifier(name) for name in key_names]
     selected += [_select(column.name, pg_types.get(column.name, "")) for column in columns]
     key_tuple = sql.SQL("({})").format(sql.SQL(", ").join(map(sql.Identifier, key_names)))

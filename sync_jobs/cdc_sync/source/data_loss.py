@@ -18,7 +18,12 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from cdc_sync.source.offsets import PartitionOffsets, PartitionRange, TopicPartition
+from cdc_sync.source.offsets import (
+    PartitionOffsets,
+    PartitionRange,
+    TopicPartition,
+    ranges_between,
+)
 from cdc_sync.source.options import FAIL_ON_DATA_LOSS, SOURCE_NAME
 
 log = logging.getLogger(__name__)
@@ -126,6 +131,38 @@ def checked_starts(
             item.resume_at,
         )
     return resolve_starts(start, marks, lost)
+
+
+def batch_ranges(
+    begin: Mapping[TopicPartition, int],
+    until: Mapping[TopicPartition, int],
+    marks: Mapping[TopicPartition, Watermarks],
+    *,
+    fail_on_data_loss: bool,
+) -> list[PartitionRange]:
+    """The ranges of a batch planned from ``begin`` to ``until``, by the rule its end was
+    planned with: :func:`checked_starts` (fail, or continue a lost partition from its low
+    watermark). One rule for the source's tasks (``partitions``) and for the driver's own
+    reads of small batches (``job.batch_phases``), so a re-created topic is read from its
+    start on both. ``marks``: the watermarks of at least every partition :func:`moved_back`
+    names (the others are checked again when their range is read, ``checked_span``).
+
+    Planning moves a partition backwards only when it rebased it, so such a partition starts at
+    its low watermark even when the new topic has meanwhile grown past the old offset (the
+    batch re-planned after a restart): from the old offset it would read nothing.
+    """
+    starts = checked_starts(begin, marks, fail_on_data_loss=fail_on_data_loss)
+    for tp in moved_back(begin, until):
+        if tp in marks:
+            starts[tp] = min(starts[tp], marks[tp][0])
+    return ranges_between(starts, until)
+
+
+def moved_back(
+    begin: Mapping[TopicPartition, int], until: Mapping[TopicPartition, int]
+) -> list[TopicPartition]:
+    """Partitions whose planned end lies below their start: rebased by planning."""
+    return sorted(tp for tp, end in until.items() if tp in begin and end < begin[tp])
 
 
 def checked_span(

@@ -35,7 +35,7 @@ from pyspark.sql.types import (
 )
 
 from cdc_sync.core.kafka_clients import consumer_config
-from cdc_sync.source.data_loss import Watermarks, checked_span, checked_starts
+from cdc_sync.source.data_loss import Watermarks, batch_ranges, checked_span, checked_starts
 from cdc_sync.source.offsets import (
     OffsetJson,
     PartitionOffsets,
@@ -43,7 +43,6 @@ from cdc_sync.source.offsets import (
     TopicPartition,
     cap_total,
     from_offset_json,
-    ranges_between,
     to_offset_json,
 )
 from cdc_sync.source.options import (
@@ -152,13 +151,7 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return sorted(found)
 
     def _watermarks(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, Watermarks]:
-        marks = {}
-        for topic, partition in partitions:
-            low, high = self.metadata_consumer.get_watermark_offsets(
-                KafkaTopicPartition(topic, partition), timeout=METADATA_TIMEOUT_S, cached=False
-            )
-            marks[(topic, partition)] = (int(low), int(high))
-        return marks
+        return _watermarks_from(self.metadata_consumer, partitions)
 
     def _high_watermarks(self) -> PartitionOffsets:
         return {tp: high for tp, (_, high) in self._watermarks(self._partitions()).items()}
@@ -221,10 +214,9 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # Checked again here: after a restart Spark re-plans the uncommitted batch from the
         # checkpoint without calling latestOffset. Only partitions that move are looked up.
         moving = [tp for tp in self._partitions() if begin.get(tp) != until.get(tp)]
-        starts = checked_starts(
-            begin, self._watermarks(moving), fail_on_data_loss=self.options.fail_on_data_loss
+        spans = batch_ranges(
+            begin, until, self._watermarks(moving), fail_on_data_loss=self.options.fail_on_data_loss
         )
-        spans = ranges_between(starts, until)
         return [KafkaPartitionRange(span) for span in spans]
 
     def commit(self, end: Mapping[str, Mapping[str, int]]) -> None:
@@ -243,6 +235,30 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, KafkaPartitionRange)
         return read_range_arrow(self.options, partition.span)
+
+
+def _watermarks_from(
+    consumer: Consumer, partitions: Sequence[TopicPartition]
+) -> dict[TopicPartition, Watermarks]:
+    marks = {}
+    for topic, partition in partitions:
+        low, high = consumer.get_watermark_offsets(
+            KafkaTopicPartition(topic, partition), timeout=METADATA_TIMEOUT_S, cached=False
+        )
+        marks[(topic, partition)] = (int(low), int(high))
+    return marks
+
+
+def broker_watermarks(
+    options: KafkaSourceOptions, partitions: Sequence[TopicPartition]
+) -> dict[TopicPartition, Watermarks]:
+    """The partitions' (low, high) watermarks now, through a consumer of their own (for the
+    driver, outside the source's reader)."""
+    consumer = _consumer(options)
+    try:
+        return _watermarks_from(consumer, partitions)
+    finally:
+        consumer.close()
 
 
 def consume_range(options: KafkaSourceOptions, span: PartitionRange) -> Iterator[Message]:
