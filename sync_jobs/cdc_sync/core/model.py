@@ -79,6 +79,10 @@ class Change:
     # The change's own WAL position (Debezium's `source.lsn`); None where it has none
     # (incremental-snapshot rows, tombstones).
     position: int | None = None
+    # The unavailable columns whose placeholder could be the real value (a null: Debezium sends
+    # null for both, `schema.unavailable`). Never filled from an older change: only Postgres
+    # can tell (job.unavailable reads it).
+    uncertain_columns: frozenset[str] = frozenset()
 
     @property
     def is_delete(self) -> bool:

@@ -19,7 +19,7 @@ import orjson
 from cdc_sync.core.model import Change, Coordinates, KnownSchemas, Op, TableId, Tombstone
 from cdc_sync.core.types import RowSchema
 from cdc_sync.schema import convert_row, row_schema_from_connect
-from cdc_sync.schema.unavailable import is_unavailable
+from cdc_sync.schema.unavailable import is_unavailable, is_uncertain
 
 
 class MalformedRecord(ValueError):
@@ -183,12 +183,23 @@ def _parse_payload(
         for column in row_schema.columns
         if is_unavailable(column.type, after.get(column.name), placeholders_possible)
     )
+    uncertain = frozenset(name for name in unavailable if is_uncertain(after.get(name)))
     try:
         row = convert_row(row_schema, after, skip=unavailable)
     except ValueError as exc:
         raise MalformedRecord(coordinates, f"{where}.after", str(exc)) from exc
     return Change(
-        table, key, op, version, row, coordinates, ts_ms, unavailable, row_schema, position=position
+        table,
+        key,
+        op,
+        version,
+        row,
+        coordinates,
+        ts_ms,
+        unavailable,
+        row_schema,
+        position=position,
+        uncertain_columns=uncertain,
     )
 
 

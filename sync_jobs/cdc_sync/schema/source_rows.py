@@ -21,7 +21,7 @@ from psycopg import sql
 
 from cdc_sync.core.model import TableId
 from cdc_sync.core.types import Column, ColumnType, TypeKind
-from cdc_sync.schema.catalog import ConverterModes, catalog_columns
+from cdc_sync.schema.catalog import CatalogColumn, ConverterModes, catalog_columns
 
 KeyValues = tuple[Any, ...]
 
@@ -39,9 +39,9 @@ def read_columns(
     if not keys or not columns:
         return {}
     key_names = [column.name for column in key_columns]
-    pg_types = {c.name: c.type_name for c in catalog_columns(conn, table)}
+    catalog = {c.name: c for c in catalog_columns(conn, table)}
     selected: list[sql.Composable] = [sql.Identifier(name) for name in key_names]
-    selected += [_select(column.name, pg_types.get(column.name, "")) for column in columns]
+    selected += [_select(column.name, catalog.get(column.name)) for column in columns]
     key_tuple = sql.SQL("({})").format(sql.SQL(", ").join(map(sql.Identifier, key_names)))
     one_key = sql.SQL("({})").format(sql.SQL(", ").join([sql.Placeholder()] * len(key_names)))
     query = sql.SQL("SELECT {} FROM {}.{} WHERE {} IN ({})").format(
@@ -66,13 +66,25 @@ def read_columns(
     return found
 
 
-def _select(name: str, pg_type: str) -> sql.Composable:
-    # JSON-like values are read as Postgres renders them (Debezium sends that text), not parsed.
-    if pg_type in ("json", "jsonb", "xml"):
-        return sql.SQL("{}::text").format(sql.Identifier(name))
-    if pg_type == "hstore":
-        return sql.SQL("hstore_to_json({})::text").format(sql.Identifier(name))
-    return sql.Identifier(name)
+# Types read as Postgres renders them (Debezium sends that text), not parsed by psycopg: JSON
+# keeps its own spelling, and psycopg has no loader for enums or extension types (an array of
+# them would arrive as one string).
+_AS_TEXT = {"json", "jsonb", "xml", "citext"}
+
+
+def _select(name: str, column: CatalogColumn | None) -> sql.Composable:
+    identifier = sql.Identifier(name)
+    if column is None:
+        return identifier
+    if column.category == "A":
+        if column.element in _AS_TEXT or column.element_category == "E":
+            return sql.SQL("{}::text[]").format(identifier)
+        return identifier
+    if column.type_name in _AS_TEXT:
+        return sql.SQL("{}::text").format(identifier)
+    if column.type_name == "hstore":
+        return sql.SQL("hstore_to_json({})::text").format(identifier)
+    return identifier
 
 
 def from_postgres(column_type: ColumnType, value: Any, modes: ConverterModes) -> Any:
