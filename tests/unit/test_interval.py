@@ -25,7 +25,8 @@ from cdc_sync.schema.interval import (
     parse_iso_interval,
 )
 from cdc_sync.schema.search import search_field_mapping
-from cdc_sync.verify.compare import IntervalLoader, canonical
+from cdc_sync.schema.source_rows import IntervalLoader
+from cdc_sync.verify.compare import canonical
 from tests.envelopes import field
 
 pytestmark = pytest.mark.unit

@@ -18,10 +18,13 @@ from typing import Any
 
 import psycopg
 from psycopg import sql
+from psycopg.abc import Buffer
+from psycopg.adapt import Loader
 
 from cdc_sync.core.model import TableId
 from cdc_sync.core.types import Column, ColumnType, TypeKind
 from cdc_sync.schema.catalog import CatalogColumn, ConverterModes, catalog_columns
+from cdc_sync.schema.interval import iso_interval_micros
 
 KeyValues = tuple[Any, ...]
 
@@ -38,6 +41,7 @@ def read_columns(
     Keys are given, and returned, as the decoder converts them."""
     if not keys or not columns:
         return {}
+    register_value_loaders(conn)
     key_names = [column.name for column in key_columns]
     catalog = {c.name: c for c in catalog_columns(conn, table)}
     selected: list[sql.Composable] = [sql.Identifier(name) for name in key_names]
@@ -72,14 +76,47 @@ def read_columns(
 _AS_TEXT = {"json", "jsonb", "xml", "citext"}
 
 
+class TimeLoader(Loader):
+    """`time` as the decoder gives it: Postgres allows 24:00:00, which `datetime.time` (and so
+    psycopg's own loader) refuses; it stays text, as `schema.values` keeps it."""
+
+    def load(self, data: Buffer) -> time | str:
+        text = bytes(data).decode("ascii")
+        return END_OF_DAY if text.startswith("24:") else time.fromisoformat(text)
+
+
+END_OF_DAY = "24:00:00"
+
+
+class IntervalLoader(Loader):
+    """`interval` as the sinks' int64 microseconds, exactly (needs IntervalStyle iso_8601).
+
+    psycopg's own loader gives a timedelta with a month as 30 days; Debezium counts 30.4375.
+    """
+
+    def load(self, data: Buffer) -> int:
+        return iso_interval_micros(bytes(data).decode("ascii"))
+
+
+def register_value_loaders(conn: psycopg.Connection[Any]) -> None:
+    """Read `time` and `interval` values (arrays too) as the decoder gives them."""
+    conn.execute("SET intervalstyle = 'iso_8601'")  # the text IntervalLoader parses
+    conn.adapters.register_loader("interval", IntervalLoader)
+    conn.adapters.register_loader("time", TimeLoader)
+
+
+def array_as_text(column: CatalogColumn) -> bool:
+    """Arrays psycopg cannot load element by element (it returns the whole array as one
+    string) or would parse (JSON): read as text[]."""
+    return column.category == "A" and (column.element in _AS_TEXT or column.element_category == "E")
+
+
 def _select(name: str, column: CatalogColumn | None) -> sql.Composable:
     identifier = sql.Identifier(name)
     if column is None:
         return identifier
     if column.category == "A":
-        if column.element in _AS_TEXT or column.element_category == "E":
-            return sql.SQL("{}::text[]").format(identifier)
-        return identifier
+        return sql.SQL("{}::text[]").format(identifier) if array_as_text(column) else identifier
     if column.type_name in _AS_TEXT:
         return sql.SQL("{}::text").format(identifier)
     if column.type_name == "hstore":
