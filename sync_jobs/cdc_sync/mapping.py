@@ -119,6 +119,7 @@ class TableRoute:
             change,
             row=self.project(change.row),
             unavailable_columns=self.project_columns(change.unavailable_columns),
+            uncertain_columns=self.project_columns(change.uncertain_columns),
             schema=None if change.schema is None else self.project_schema(change.schema),
         )
 

@@ -1,3 +1,4 @@
+import dataclasses
 from collections.abc import Iterable
 from typing import Any
 
@@ -73,6 +74,19 @@ def test_unavailable_column_stays_unavailable_when_the_batch_has_no_value() -> N
     toast_only = change(1, 2, 1, row={"id": 1}, unavailable=frozenset({"description"}))
     (result,) = compact([deleted, toast_only])
     assert result.unavailable_columns == frozenset({"description"})
+
+
+def test_an_uncertain_placeholder_is_never_filled_from_an_older_change() -> None:
+    """A null in a float8[] column may be the placeholder or a real null set by this update:
+    the older value may be gone, so the column is left for the read from Postgres."""
+    full = change(1, 1, 0, row={"id": 1, "readings": [1.5], "name": "a"})
+    nulled = dataclasses.replace(
+        change(1, 2, 1, row={"id": 1, "name": "b"}, unavailable=frozenset({"readings"})),
+        uncertain_columns=frozenset({"readings"}),
+    )
+    (result,) = compact([full, nulled])
+    assert result.row == {"id": 1, "name": "b"}
+    assert result.unavailable_columns == result.uncertain_columns == frozenset({"readings"})
 
 
 @given(st.lists(st.tuples(st.integers(0, 4), st.integers(0, 50)), max_size=40))

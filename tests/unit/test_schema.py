@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import base64
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, time
 from decimal import Decimal
 from typing import Any
 
@@ -23,7 +23,8 @@ from cdc_sync.schema import (
     search_field_mapping,
     to_json_value,
 )
-from cdc_sync.schema.arrow import arrow_schema
+from cdc_sync.schema.arrow import arrow_schema, python_value
+from cdc_sync.schema.source_rows import TimeLoader
 from cdc_sync.schema.spark import spark_schema
 from tests.envelopes import decimal_field, encode_decimal, field
 
@@ -204,3 +205,37 @@ def test_a_schema_is_converted_once_per_distinct_text_and_a_changed_one_again() 
         row_schema_from_connect({"type": "struct", "fields": [{"type": "int32"}]})
     with pytest.raises(SchemaConversionError):
         row_schema_from_connect({"type": "struct", "fields": [{"type": "int32"}]})
+
+
+# Found by tests/integration/test_debezium_values.py (random values through real Debezium).
+@pytest.mark.parametrize(
+    ("value", "document"),
+    [
+        (Decimal("1E-7"), "0.0000001"),  # str() would write 1E-7; Postgres prints 0.0000001
+        (Decimal("1.500"), "1.500"),
+        (float("inf"), "Infinity"),  # as Postgres and Debezium write it (str() gives inf)
+        (float("-inf"), "-Infinity"),
+        (float("nan"), "NaN"),
+    ],
+)
+def test_json_documents_hold_numbers_as_postgres_prints_them(value: Any, document: str) -> None:
+    kind = TypeKind.DECIMAL if isinstance(value, Decimal) else TypeKind.FLOAT64
+    assert to_json_value(ColumnType(kind, True), value) == document
+
+
+def test_an_interval_beyond_int64_microseconds_is_refused_by_name() -> None:
+    interval = ColumnType(TypeKind.INT64, True, unit="iso8601")
+    assert convert_value(interval, "P292000Y") == 292000 * 12 * 2_629_800_000_000
+    with pytest.raises(OverflowError, match="int64 microseconds"):
+        convert_value(interval, "P178000000Y")
+
+
+def test_float32_read_back_from_arrow_is_the_decimal_postgres_prints() -> None:
+    [held] = pa.array([0.1], type=pa.float32()).to_pylist()
+    assert held != 0.1 and python_value(pa.float32(), held) == 0.1
+    assert python_value(pa.list_(pa.float32()), [held, None]) == [0.1, None]
+
+
+def test_time_24_00_is_read_from_postgres_as_the_decoder_gives_it() -> None:
+    assert TimeLoader(0).load(b"24:00:00") == "24:00:00"
+    assert TimeLoader(0).load(b"12:00:00.5") == time(12, 0, 0, 500000)

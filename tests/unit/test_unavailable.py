@@ -30,6 +30,14 @@ VARIABLE_SCALE = {
     "name": "io.debezium.data.VariableScaleDecimal",
     "fields": [field("scale", "int32", False), field("value", "bytes", False)],
 }
+DATE = {"type": "int32", "optional": True, "name": "io.debezium.time.Date", "version": 1}
+UUID = {"type": "string", "optional": True, "name": "io.debezium.data.Uuid", "version": 1}
+
+
+def array(name: str, items: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "array", "items": items, "optional": True, "field": name}
+
+
 TOASTABLE_FIELDS = [
     *PRODUCT_FIELDS,
     field("b", "bytes"),
@@ -47,6 +55,13 @@ TOASTABLE_FIELDS = [
         "field": "hm",
     },
     field("x", "string", logical="io.debezium.data.Xml"),
+    array("fa", {"type": "double", "optional": True}),
+    array("sa", {"type": "int16", "optional": True}),
+    array("da", DATE),
+    array("ua", UUID),
+    array("bya", {"type": "bytes", "optional": True}),
+    array("ea", {"type": "string", "optional": True}),  # inet[], citext[], enum arrays
+    array("hexa", {"type": "string", "optional": True}),  # bytea[] in hex mode
 ]
 PLACEHOLDERS = {
     "description": UNAVAILABLE,
@@ -59,7 +74,16 @@ PLACEHOLDERS = {
     "h": HSTORE_JSON,
     "hm": {UNAVAILABLE: UNAVAILABLE},
     "x": UNAVAILABLE,
+    # Arrays: observed with Debezium 3.6.3 (tests/integration/test_debezium_toast_arrays.py).
+    "fa": None,
+    "sa": None,
+    "da": MARKER_CODES,  # days since 1970: the dates in April 1970 of issue 17
+    "ua": ["b68a35a7-17ad-35b3-af2a-ae46edb4545a"],
+    "bya": [MARKER_BASE64],
+    "ea": None,
+    "hexa": [UNAVAILABLE.encode().hex()],
 }
+NULL_PLACEHOLDERS = frozenset(name for name, raw in PLACEHOLDERS.items() if raw is None)
 
 
 def parsed(op: str, after: dict[str, Any]) -> Change:
@@ -76,6 +100,7 @@ def parsed(op: str, after: dict[str, Any]) -> Change:
 def test_every_placeholder_form_is_unavailable_and_left_out_of_the_row(op: str) -> None:
     change = parsed(op, product(7) | PLACEHOLDERS)
     assert change.unavailable_columns == frozenset(PLACEHOLDERS)
+    assert change.uncertain_columns == NULL_PLACEHOLDERS
     assert change.row is not None and not set(PLACEHOLDERS) & set(change.row)
     assert change.row["name"] == "Keyboard"
 
@@ -91,6 +116,13 @@ def test_real_values_of_the_same_columns_are_data() -> None:
         "h": '{"a":"1"}',
         "hm": {"a": "1"},
         "x": "<a/>",
+        "fa": [95.5, 1.0],
+        "sa": [95, 95],
+        "da": [95, 95, 100],
+        "ua": ["5f5f6465-6265-7a69-756d-5f756e617661"],
+        "bya": ["X19k"],
+        "ea": ["10.0.0.1"],
+        "hexa": ["5f5f"],
     }
     change = parsed("u", product(7) | values)
     assert change.unavailable_columns == frozenset()

@@ -83,6 +83,10 @@ class Change:
     # its point S, the version floor of the first transaction streamed after it
     # (debezium.decoder.commit_order_version). None for every other change.
     snapshot_point: int | None = None
+    # The unavailable columns whose placeholder could be the real value (a null: Debezium sends
+    # null for both, `schema.unavailable`). Never filled from an older change: only Postgres
+    # can tell (job.unavailable reads it).
+    uncertain_columns: frozenset[str] = frozenset()
 
     @property
     def is_delete(self) -> bool:

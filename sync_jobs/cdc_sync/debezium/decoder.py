@@ -19,7 +19,7 @@ import orjson
 from cdc_sync.core.model import Change, Coordinates, KnownSchemas, Op, TableId, Tombstone
 from cdc_sync.core.types import RowSchema
 from cdc_sync.schema import convert_row, row_schema_from_connect
-from cdc_sync.schema.unavailable import is_unavailable
+from cdc_sync.schema.unavailable import is_unavailable, is_uncertain
 
 
 class MalformedRecord(ValueError):
@@ -184,6 +184,7 @@ def _parse_payload(
         for column in row_schema.columns
         if is_unavailable(column.type, after.get(column.name), placeholders_possible)
     )
+    uncertain = frozenset(name for name in unavailable if is_uncertain(after.get(name)))
     try:
         row = convert_row(row_schema, after, skip=unavailable)
     except ValueError as exc:
@@ -200,6 +201,7 @@ def _parse_payload(
         row_schema,
         position=position,
         snapshot_point=point,
+        uncertain_columns=uncertain,
     )
 
 

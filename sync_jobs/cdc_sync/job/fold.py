@@ -3,7 +3,7 @@
 "Newest" is the highest (commit-order) version, ties broken by Kafka offset: the changes of one
 transaction share a version and keep their Kafka order. Unchanged TOAST columns of the winner are
 filled from older changes of the same key in the batch, so dropping the older changes never drops
-a value the sinks have not seen yet.
+a value the sinks have not seen yet; uncertain ones (a null that may be real) are left to Postgres.
 
 A Kafka tombstone is the compacted log's delete. It carries no version: it takes the version of the
 change just before it in the log (the delete event it follows, normally), or, when the batch holds
@@ -28,8 +28,11 @@ def fold(older: Change, newer: Change) -> Change:
     if newer.is_delete or not newer.unavailable_columns or older.is_delete or older.row is None:
         return newer
     assert newer.row is not None
+    # An uncertain placeholder may be a real null that replaced the older value: not filled.
     recovered = {
-        column: older.row[column] for column in newer.unavailable_columns if column in older.row
+        column: older.row[column]
+        for column in newer.unavailable_columns - newer.uncertain_columns
+        if column in older.row
     }
     if not recovered:
         return newer

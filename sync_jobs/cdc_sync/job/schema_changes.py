@@ -44,6 +44,7 @@ class SchemaState:
             change,
             row={k: v for k, v in change.row.items() if k in self.allowed_columns},
             unavailable_columns=change.unavailable_columns & self.allowed_columns,
+            uncertain_columns=change.uncertain_columns & self.allowed_columns,
             schema=self.schema,
         )
 

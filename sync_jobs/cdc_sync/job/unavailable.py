@@ -145,4 +145,5 @@ def _with_values(change: Change, values: dict[str, Any]) -> Change:
         change,
         row={**change.row, **recovered},
         unavailable_columns=change.unavailable_columns - recovered.keys(),
+        uncertain_columns=change.uncertain_columns - recovered.keys(),
     )

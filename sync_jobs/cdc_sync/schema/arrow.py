@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import struct
 from decimal import Decimal
 from typing import Any
 
@@ -52,8 +54,34 @@ def arrow_value(column_type: ColumnType, value: Any) -> Any:
     if column_type.kind is TypeKind.ARRAY and column_type.element is not None:
         return [arrow_value(column_type.element, item) for item in value]
     if isinstance(value, Decimal) and decimal_as_text(column_type):
-        return str(value)
+        return format(value, "f")  # plain notation, as Postgres prints it (str gives 1E-7)
     return value
+
+
+def python_value(arrow: pa.DataType, value: Any) -> Any:
+    """A value read back from Arrow (`to_pylist`) as the decoder gave it: a float32 comes back
+    as the double nearest to it (0.1 -> 0.10000000149011612), turned back into the shortest
+    decimal that is the same float32, as Postgres prints `real`."""
+    if value is None:
+        return None
+    if pa.types.is_list(arrow):
+        return [python_value(arrow.value_type, item) for item in value]
+    if pa.types.is_float32(arrow) and math.isfinite(value):
+        return shortest_float32(value)
+    return value
+
+
+def shortest_float32(value: float) -> float:
+    """The shortest decimal that is the same float32 (what Postgres prints for `real`)."""
+    for digits in range(1, 10):  # 9 significant digits always identify a float32
+        shortest = float(f"{value:.{digits}g}")
+        if _as_float32(shortest) == value:
+            return shortest
+    return value
+
+
+def _as_float32(value: float) -> float:
+    return float(struct.unpack("f", struct.pack("f", value))[0])
 
 
 def arrow_schema(schema: RowSchema) -> pa.Schema:

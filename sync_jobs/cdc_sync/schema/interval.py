@@ -3,7 +3,8 @@
 The one home of the rule, used by the decoder (Debezium `interval.handling.mode=string`) and by
 verify (the Postgres side). The sinks store what Debezium's `MicroDuration` means: microseconds
 with a month counted as 30.4375 days (365.25 / 12) and a year as 12 months. Debezium computes
-that through a double and truncates, so numeric mode can be 1 µs off; here it is exact.
+both modes through a double: numeric mode truncates and can be 1 µs off; string mode's seconds
+can carry the double's noise (`31.800750999`), which rounds back to the exact microsecond here.
 """
 
 from __future__ import annotations
@@ -72,10 +73,16 @@ def iso_interval_micros(text: str) -> int:
 
 
 def _seconds_micros(text: str) -> int:
-    """`-6.789012` -> -6789012, in integers: a float would round (the defect this avoids)."""
+    """`-6.789012` -> -6789012, in integers: a float would round (the defect this avoids).
+
+    Debezium computes the seconds through a double (`PGInterval.getSeconds()`, printed by
+    `Double.toString` and cut to 9 decimals), so `31.800751` can arrive as `31.800750999`.
+    Postgres holds whole microseconds and the double is far closer than half a microsecond to
+    the value it stands for: the nearest microsecond (half away from zero) is the exact value.
+    """
     negative = text.startswith("-")
     whole, _, fraction = text.lstrip("+-").replace(",", ".").partition(".")
-    if len(fraction) > 6 and fraction[6:].strip("0"):
-        raise ValueError(f"seconds finer than a microsecond: {text!r}")
-    magnitude = int(whole) * MICROS_PER_SECOND + int((fraction[:6] or "0").ljust(6, "0"))
-    return -magnitude if negative else magnitude
+    micros = int(whole) * MICROS_PER_SECOND + int((fraction[:6] or "0").ljust(6, "0"))
+    if fraction[6:7] >= "5":  # the rest is at least half a microsecond
+        micros += 1
+    return -micros if negative else micros

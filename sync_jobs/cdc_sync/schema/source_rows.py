@@ -18,10 +18,13 @@ from typing import Any
 
 import psycopg
 from psycopg import sql
+from psycopg.abc import Buffer
+from psycopg.adapt import Loader
 
 from cdc_sync.core.model import TableId
 from cdc_sync.core.types import Column, ColumnType, TypeKind
-from cdc_sync.schema.catalog import ConverterModes, catalog_columns
+from cdc_sync.schema.catalog import CatalogColumn, ConverterModes, catalog_columns
+from cdc_sync.schema.interval import iso_interval_micros
 
 KeyValues = tuple[Any, ...]
 
@@ -40,11 +43,12 @@ def read_columns(
     not an error, it has no value to read any more."""
     if not keys:
         return {}
+    register_value_loaders(conn)
     key_names = [column.name for column in key_columns]
-    pg_types = {c.name: c.type_name for c in catalog_columns(conn, table)}
-    columns = [column for column in columns if column.name in pg_types]
+    catalog = {c.name: c for c in catalog_columns(conn, table)}
+    columns = [column for column in columns if column.name in catalog]
     selected: list[sql.Composable] = [sql.Identifier(name) for name in key_names]
-    selected += [_select(column.name, pg_types.get(column.name, "")) for column in columns]
+    selected += [_select(column.name, catalog.get(column.name)) for column in columns]
     key_tuple = sql.SQL("({})").format(sql.SQL(", ").join(map(sql.Identifier, key_names)))
     one_key = sql.SQL("({})").format(sql.SQL(", ").join([sql.Placeholder()] * len(key_names)))
     query = sql.SQL("SELECT {} FROM {}.{} WHERE {} IN ({})").format(
@@ -69,13 +73,58 @@ def read_columns(
     return found
 
 
-def _select(name: str, pg_type: str) -> sql.Composable:
-    # JSON-like values are read as Postgres renders them (Debezium sends that text), not parsed.
-    if pg_type in ("json", "jsonb", "xml"):
-        return sql.SQL("{}::text").format(sql.Identifier(name))
-    if pg_type == "hstore":
-        return sql.SQL("hstore_to_json({})::text").format(sql.Identifier(name))
-    return sql.Identifier(name)
+# Types read as Postgres renders them (Debezium sends that text), not parsed by psycopg: JSON
+# keeps its own spelling, and psycopg has no loader for enums or extension types (an array of
+# them would arrive as one string).
+_AS_TEXT = {"json", "jsonb", "xml", "citext"}
+
+
+class TimeLoader(Loader):
+    """`time` as the decoder gives it: Postgres allows 24:00:00, which `datetime.time` (and so
+    psycopg's own loader) refuses; it stays text, as `schema.values` keeps it."""
+
+    def load(self, data: Buffer) -> time | str:
+        text = bytes(data).decode("ascii")
+        return END_OF_DAY if text.startswith("24:") else time.fromisoformat(text)
+
+
+END_OF_DAY = "24:00:00"
+
+
+class IntervalLoader(Loader):
+    """`interval` as the sinks' int64 microseconds, exactly (needs IntervalStyle iso_8601).
+
+    psycopg's own loader gives a timedelta with a month as 30 days; Debezium counts 30.4375.
+    """
+
+    def load(self, data: Buffer) -> int:
+        return iso_interval_micros(bytes(data).decode("ascii"))
+
+
+def register_value_loaders(conn: psycopg.Connection[Any]) -> None:
+    """Read `time` and `interval` values (arrays too) as the decoder gives them."""
+    conn.execute("SET intervalstyle = 'iso_8601'")  # the text IntervalLoader parses
+    conn.adapters.register_loader("interval", IntervalLoader)
+    conn.adapters.register_loader("time", TimeLoader)
+
+
+def array_as_text(column: CatalogColumn) -> bool:
+    """Arrays psycopg cannot load element by element (it returns the whole array as one
+    string) or would parse (JSON): read as text[]."""
+    return column.category == "A" and (column.element in _AS_TEXT or column.element_category == "E")
+
+
+def _select(name: str, column: CatalogColumn | None) -> sql.Composable:
+    identifier = sql.Identifier(name)
+    if column is None:
+        return identifier
+    if column.category == "A":
+        return sql.SQL("{}::text[]").format(identifier) if array_as_text(column) else identifier
+    if column.type_name in _AS_TEXT:
+        return sql.SQL("{}::text").format(identifier)
+    if column.type_name == "hstore":
+        return sql.SQL("hstore_to_json({})::text").format(identifier)
+    return identifier
 
 
 def from_postgres(column_type: ColumnType, value: Any, modes: ConverterModes) -> Any:

@@ -2,28 +2,43 @@
 
 Under REPLICA IDENTITY DEFAULT an update (and the create of a primary-key move) leaves unchanged
 out-of-line values out of the WAL, and Debezium puts `unavailable.value.placeholder` in their
-place, encoded as the column's type allows. Observed with Debezium 3.x (pgoutput):
+place, encoded as the column's type allows. Observed with Debezium 3.6 (pgoutput, Postgres 15;
+tests/integration/test_debezium_toast_arrays.py records every array type):
 
 | column | placeholder |
 | --- | --- |
 | text, varchar, json, jsonb, xml, uuid, enum; bytea in `hex` mode | the marker string |
 | bytea (`bytes` mode) | base64 of the marker's bytes |
-| text[] and other string arrays | `[marker]` |
-| int[], bigint[] and other number arrays | the marker's bytes as numbers |
+| text[], varchar[], varchar(n)[], char(n)[], json[], jsonb[] | `[marker]` |
+| int4[], int8[]; date[] (days since 1970: dates in April 1970) | the marker's bytes as numbers |
+| uuid[] | `["b68a35a7-17ad-35b3-af2a-ae46edb4545a"]` (Java's name-based UUID of the marker) |
+| bytea[] | `[base64 of the marker]` (`[hex]`/`[base64]` text in the string modes) |
+| int2[], real[], float8[], numeric[], bool[], time[], timestamp[], timestamptz[] | null |
+| inet[], cidr[], citext[], enum arrays, any other array | null (not converted) |
+| interval[], money[], xml[] | absent: Debezium has no schema for them and leaves the column out |
 | hstore (`json` mode / `map` mode) | `{"marker":"marker"}` as text / as a map |
-| numeric[], other non-string, non-number arrays; bytea in `base64` modes | null (not converted) |
+| bytea in `base64` modes | null (not converted) |
 
-The last row cannot be told from a real null, so a null there in a create or update counts as
-unavailable too: the job then reads the value from Postgres, which returns the true one, null
-included, so a false alarm costs a read and never a wrong value. (`base64` bytea columns are
-plain strings on the wire, indistinguishable from text: `cdc-sync connectors validate` warns
+(Debezium before 3.6, such as the Connect worker's 3.0, may send null for uuid[] and bytea[]: a
+null counts for every array. For a NOT NULL array of a null-placeholder type Debezium's own
+converter raises, per its code: it has no value to send.)
+
+A null cannot be told from a real null, so a null in an array column of a create or update
+counts as unavailable too, and as *uncertain* (`is_uncertain`): it is never filled from an older
+change of the key (that could bring back a value the row no longer holds) but read from Postgres,
+which returns the true one, null included: a false alarm costs a read and never a wrong value.
+Non-null forms are Debezium's encodings of its marker: a real value equal to one of them is
+taken for the placeholder, as Debezium's own marker string is for text. (`base64` bytea columns
+are plain strings on the wire, indistinguishable from text: `cdc-sync connectors validate` warns
 about that mode instead.)
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
+import uuid
 from typing import Any
 
 from cdc_sync.core.types import ColumnType, TypeKind
@@ -31,16 +46,23 @@ from cdc_sync.core.types import ColumnType, TypeKind
 UNAVAILABLE_VALUE = "__debezium_unavailable_value"
 _MARKER_BYTES = UNAVAILABLE_VALUE.encode("ascii")
 _MARKER_BASE64 = base64.b64encode(_MARKER_BYTES).decode("ascii")
-_MARKER_NUMBERS = list(_MARKER_BYTES)
 _MARKER_MAP = {UNAVAILABLE_VALUE: UNAVAILABLE_VALUE}
-_NUMBER_KINDS = {
-    TypeKind.INT16,
-    TypeKind.INT32,
-    TypeKind.INT64,
-    TypeKind.FLOAT32,
-    TypeKind.FLOAT64,
+# Java's UUID.nameUUIDFromBytes: an MD5 (version 3) UUID of the marker's bytes.
+_MARKER_UUID = str(uuid.UUID(bytes=hashlib.md5(_MARKER_BYTES).digest(), version=3))
+# Array placeholders that are lists, by element kind: the element converter's reading of the
+# marker (a list of one string, or the marker's bytes as int/bigint/date-day numbers).
+_MARKER_STRINGS = [UNAVAILABLE_VALUE]
+_MARKER_NUMBERS = list(_MARKER_BYTES)
+_LIST_FORMS: dict[TypeKind, tuple[list[Any], ...]] = {
+    TypeKind.STRING: (_MARKER_STRINGS, [_MARKER_BASE64], [_MARKER_BYTES.hex()]),
+    TypeKind.JSON: (_MARKER_STRINGS,),
+    TypeKind.UUID: (_MARKER_STRINGS, [_MARKER_UUID]),
+    TypeKind.BYTES: ([_MARKER_BASE64],),
+    TypeKind.INT16: (_MARKER_NUMBERS,),
+    TypeKind.INT32: (_MARKER_NUMBERS,),
+    TypeKind.INT64: (_MARKER_NUMBERS,),
+    TypeKind.DATE: (_MARKER_NUMBERS,),
 }
-_STRING_ELEMENT_KINDS = {TypeKind.STRING, TypeKind.JSON, TypeKind.UUID}
 
 
 def is_unavailable(column_type: ColumnType, raw: Any, may_hold_placeholders: bool) -> bool:
@@ -49,7 +71,7 @@ def is_unavailable(column_type: ColumnType, raw: Any, may_hold_placeholders: boo
     if not may_hold_placeholders:
         return False
     if raw is None:
-        return _placeholder_may_be_null(column_type)
+        return column_type.kind is TypeKind.ARRAY
     if isinstance(raw, str):
         if raw == UNAVAILABLE_VALUE:
             return True
@@ -57,26 +79,16 @@ def is_unavailable(column_type: ColumnType, raw: Any, may_hold_placeholders: boo
             return raw == _MARKER_BASE64
         return column_type.kind is TypeKind.JSON and _is_marker_map_text(raw)
     if isinstance(raw, list):
-        return raw == [UNAVAILABLE_VALUE] or (
-            _element_kind(column_type) in _NUMBER_KINDS and raw == _MARKER_NUMBERS
-        )
+        if column_type.kind is not TypeKind.ARRAY or column_type.element is None:
+            return False
+        return raw in _LIST_FORMS.get(column_type.element.kind, (_MARKER_STRINGS,))
     return isinstance(raw, dict) and raw == _MARKER_MAP
 
 
-def _placeholder_may_be_null(column_type: ColumnType) -> bool:
-    element = _element_kind(column_type)
-    return (
-        column_type.kind is TypeKind.ARRAY
-        and element is not None
-        and element not in _NUMBER_KINDS
-        and element not in _STRING_ELEMENT_KINDS
-    )
-
-
-def _element_kind(column_type: ColumnType) -> TypeKind | None:
-    if column_type.kind is TypeKind.ARRAY and column_type.element is not None:
-        return column_type.element.kind
-    return None
+def is_uncertain(raw: Any) -> bool:
+    """Whether a placeholder (`is_unavailable`) may as well be the column's real value: a null,
+    which Debezium sends for both. Only Postgres can tell."""
+    return raw is None
 
 
 def _is_marker_map_text(raw: str) -> bool:

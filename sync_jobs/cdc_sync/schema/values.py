@@ -28,6 +28,7 @@ from cdc_sync.schema.interval import ISO_8601, iso_interval_micros
 EPOCH_DATE = date(1970, 1, 1)
 EPOCH = datetime(1970, 1, 1)
 MICROS_PER_DAY = 86_400_000_000
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
 def convert_row(
@@ -79,7 +80,11 @@ def _int64(column_type: ColumnType, raw: Any) -> int:
     if column_type.unit == ISO_8601:  # interval.handling.mode=string
         if not isinstance(raw, str):
             raise TypeError("expected an ISO 8601 duration")
-        return iso_interval_micros(raw)
+        micros = iso_interval_micros(raw)
+        if not INT64_MIN <= micros <= INT64_MAX:
+            # The sinks hold intervals as int64 µs (±292,277 years); Postgres goes further.
+            raise OverflowError("interval beyond int64 microseconds (±292,277 years)")
+        return micros
     return _int(column_type, raw)
 
 
@@ -182,11 +187,12 @@ def to_json_value(column_type: ColumnType, value: Any) -> Any:
     if kind is TypeKind.JSON and isinstance(value, str):
         return json.loads(value)
     if isinstance(value, Decimal):
-        return str(value)  # a float would round: keep every digit
+        return format(value, "f")  # a float would round: every digit, plain (str gives 1E-7)
     if isinstance(value, datetime | date):
         return value.isoformat()
     if isinstance(value, bytes):
         return base64.b64encode(value).decode("ascii")
     if isinstance(value, float) and not math.isfinite(value):
-        return str(value)  # JSON has no NaN/Infinity
+        # JSON has no NaN/Infinity: their text as Postgres and Debezium write it (not "inf").
+        return "NaN" if math.isnan(value) else "Infinity" if value > 0 else "-Infinity"
     return value

@@ -27,8 +27,8 @@ from cdc_sync.core.model import TableId, document_id
 from cdc_sync.core.settings import Connections
 from cdc_sync.debezium.database import SourceDatabase, source_database
 from cdc_sync.mapping import MappingFile, TableRoute
-from cdc_sync.schema.catalog import primary_key_columns
-from cdc_sync.schema.interval import iso_interval_micros
+from cdc_sync.schema.catalog import catalog_columns, primary_key_columns
+from cdc_sync.schema.source_rows import array_as_text, register_value_loaders
 from cdc_sync.sinks.delta import readback as delta_readback
 from cdc_sync.sinks.redis import readback as cache_readback
 from cdc_sync.sinks.search import readback as search_readback
@@ -107,21 +107,10 @@ class MoneyLoader(Loader):
         return Decimal(_MONEY_NOISE.sub(b"", bytes(data)).decode("ascii"))
 
 
-class IntervalLoader(Loader):
-    """`interval` as the sinks' int64 microseconds, exactly (needs IntervalStyle iso_8601).
-
-    psycopg's own loader gives a timedelta with a month as 30 days; Debezium counts 30.4375.
-    """
-
-    def load(self, data: Buffer) -> int:
-        return iso_interval_micros(bytes(data).decode("ascii"))
-
-
 def register_loaders(conn: psycopg.Connection[Any]) -> None:
     """Read Postgres values in the form the sinks' values are compared with."""
-    conn.execute("SET intervalstyle = 'iso_8601'")  # the text IntervalLoader parses
     conn.adapters.register_loader("money", MoneyLoader)
-    conn.adapters.register_loader("interval", IntervalLoader)
+    register_value_loaders(conn)  # interval as int64 µs, time 24:00:00
 
 
 def canonical(value: Any) -> Any:
@@ -196,8 +185,17 @@ primary_key = primary_key_columns
 def source_rows(conn: psycopg.Connection[Any], route: TableRoute) -> Rows:
     table = route.table
     key = primary_key(conn, table)
+    columns = [
+        sql.SQL("{}::text[] AS {}" if array_as_text(c) else "{}").format(
+            sql.Identifier(c.name), sql.Identifier(c.name)
+        )
+        for c in catalog_columns(conn, table)
+    ]
+    query = sql.SQL("SELECT {} FROM {}").format(
+        sql.SQL(", ").join(columns), sql.Identifier(table.schema, table.table)
+    )
     with conn.cursor(row_factory=psycopg.rows.dict_row) as cursor:
-        cursor.execute(f'SELECT * FROM "{table.schema}"."{table.table}"')
+        cursor.execute(query)
         return {
             document_id(tuple((k, row[k]) for k in key)): canonical_row(route.project(row))
             for row in cursor

@@ -11,6 +11,7 @@ from typing import Any
 
 from cdc_sync.core.model import document_id
 from cdc_sync.mapping import DeltaRoute
+from cdc_sync.schema.arrow import python_value
 from cdc_sync.sinks.delta.target import open_table, table_path
 from cdc_sync.sinks.delta.watermarks import LSN, TOPIC, watermark_path
 
@@ -18,7 +19,14 @@ from cdc_sync.sinks.delta.watermarks import LSN, TOPIC, watermark_path
 def table_rows(warehouse: Path, delta: DeltaRoute) -> list[dict[str, Any]]:
     """Every row of the table (empty when it does not exist yet)."""
     table = open_table(table_path(warehouse, delta))
-    return [] if table is None else table.to_pyarrow_table().to_pylist()
+    if table is None:
+        return []
+    data = table.to_pyarrow_table()
+    types = {field.name: field.type for field in data.schema}
+    return [
+        {name: python_value(types[name], value) for name, value in row.items()}
+        for row in data.to_pylist()
+    ]
 
 
 def rows_by_id(
