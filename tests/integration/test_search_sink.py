@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import opensearchpy
 import pytest
 
 from cdc_sync.core.model import Change
@@ -186,3 +187,65 @@ def test_concurrent_writes_share_the_clients_connections(
         assert list(pool.map(write, range(1, 9))) == [(1, 0, 0)] * 8
     assert not [r for r in caplog.records if "pool is full" in r.getMessage()]
     assert sorted(docs(sink, route), key=int) == [str(k) for k in range(1, 9)]
+
+
+class AnswerLost:
+    """The real backend, except that the first bulk's answer never reaches the client: the
+    server applied it, the client timed out (what a slow server and a 30 s client timeout do)."""
+
+    def __init__(self, backend: Any) -> None:
+        self.backend = backend
+        self.bulk_items: list[int] = []  # documents and deletes sent per bulk request
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.backend, name)
+
+    def bulk(self, operations: list[dict[str, Any]]) -> dict[str, Any]:
+        self.bulk_items.append(sum(1 for line in operations if {"index", "delete"} & set(line)))
+        answer: dict[str, Any] = self.backend.bulk(operations)
+        if len(self.bulk_items) == 1:
+            raise opensearchpy.ConnectionTimeout("TIMEOUT", "read timed out", None)
+        return answer
+
+
+def test_a_bulk_without_an_answer_is_not_sent_again_for_what_the_index_holds(
+    sink: SearchSink, route: TableRoute
+) -> None:
+    apply(sink, route, change(route, "c", 10, 5, product(5, name="v10")))
+    lost = AnswerLost(sink.backend)
+    sink.writer.backend = lost  # type: ignore[assignment]
+    sink.writer.sleep = lambda _: None
+    batch = [
+        change(route, "u", 20, 5, product(5, name="v20")),
+        change(route, "c", 20, 6, product(6)),
+        change(route, "d", 20, 7),
+    ]
+    applied, fenced, failed = apply(sink, route, *batch)
+    # Resent: only the delete (an absent document does not prove its tombstone was kept).
+    assert lost.bulk_items == [3, 1]
+    assert (applied, fenced, failed) == (3, 0, 0)
+    held = docs(sink, route)
+    assert held["5"]["name"] == "v20" and "6" in held and "7" not in held
+
+
+def test_after_a_lost_answer_an_equal_version_with_other_content_is_sent_again(
+    sink: SearchSink, route: TableRoute
+) -> None:
+    # Two changes of one transaction (one version) in two batches: if the second batch's bulk
+    # gets no answer and the index shows the version with the first change's content, the
+    # second change was not applied and must be sent.
+    apply(sink, route, change(route, "c", 30, 8, product(8, name="first")))
+
+    class NeverApplied(AnswerLost):
+        def bulk(self, operations: list[dict[str, Any]]) -> dict[str, Any]:
+            self.bulk_items.append(len(operations) // 2)
+            if len(self.bulk_items) == 1:
+                raise opensearchpy.ConnectionTimeout("TIMEOUT", "read timed out", None)
+            return dict(self.backend.bulk(operations))
+
+    lost = NeverApplied(sink.backend)
+    sink.writer.backend = lost  # type: ignore[assignment]
+    sink.writer.sleep = lambda _: None
+    assert apply(sink, route, change(route, "u", 30, 8, product(8, name="second"))) == (1, 0, 0)
+    assert lost.bulk_items == [1, 1]
+    assert docs(sink, route)["8"]["name"] == "second"

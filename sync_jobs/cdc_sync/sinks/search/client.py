@@ -4,6 +4,13 @@ Per item (bulk answers are in request order): 2xx applied; 404 on a delete appli
 was already gone, and the versioned delete still records the tombstone); 409 fenced (the index
 holds a newer or equal-and-newer version); 429/5xx transient (only those items are re-sent, with
 backoff); any other status terminal -> RecordFailure named by the item's `error.type`.
+
+A bulk that got no answer (a timeout, a dropped connection) may still be applied by the server,
+which can take longer than the client waits. It is not re-sent blindly: the next attempt first
+reads the chunk's documents back (`_mget`, which the server answers once it is done with what it
+was applying) and re-sends only the items the index does not hold yet. Safe either way, since
+every write is versioned; cheap, since a server that was merely slow is not given the same work
+twice.
 """
 
 from __future__ import annotations
@@ -23,9 +30,14 @@ from cdc_sync.sinks.search.backends import SearchBackend, is_transient, is_trans
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 
-BULK_CHUNK = 500  # actions per `_bulk` request
+# Actions per `_bulk` request. Large on purpose: a snapshot written in small bulks leaves an
+# index in many small segments, and on the local stack's search server the first later write to
+# each of those documents costs a stall that grows with the index (4-11 s at 10,000 documents,
+# about one per 30 documents touched); loaded 2,000 or more at a time, the same updates take
+# milliseconds (`benchmarks/probe_search_pattern.py`). Real servers index large bulks faster too.
+BULK_CHUNK = 5_000
 # ...and bytes of documents per request: rows with large columns (TOASTed text, JSON) make a
-# 500-document bulk tens of MB, which a server can take longer to index than a request may last.
+# bulk tens of MB, which a server can take longer to index than a request may last.
 BULK_BYTES = 5_000_000
 
 
@@ -84,13 +96,25 @@ class SearchWriter:
 
     def _bulk_with_item_retries(self, alias: str, chunk: list[BulkAction]) -> WriteResult:
         """Items answered 429/5xx are re-sent (only those) under the same retry policy as a
-        failed request; the other items' outcomes are kept from the attempt that answered."""
+        failed request; the other items' outcomes are kept from the attempt that answered. After
+        a request without an answer, only the items the index does not hold yet are re-sent."""
         result = WriteResult()
         pending = chunk
+        unanswered = False
 
         def attempt() -> WriteResult:
-            nonlocal result, pending
-            answer = self.backend.bulk(bulk_operations(alias, pending))
+            nonlocal result, pending, unanswered
+            if unanswered:
+                pending, held = self._not_yet_held(alias, pending)
+                result = result.merge(WriteResult(applied=held))
+                unanswered = False
+                if not pending:
+                    return result
+            try:
+                answer = self.backend.bulk(bulk_operations(alias, pending))
+            except Exception:
+                unanswered = True  # it may have reached the server, which may still apply it
+                raise
             done, pending = classify_items(pending, answer.get("items", []))
             result = result.merge(done)
             if pending:
@@ -98,6 +122,19 @@ class SearchWriter:
             return result
 
         return self._call(attempt, f"search bulk {alias}")
+
+    def _not_yet_held(
+        self, alias: str, actions: Sequence[BulkAction]
+    ) -> tuple[list[BulkAction], int]:
+        """The actions still to send, and how many the index already holds: an index action
+        whose document is stored at a newer version, or at its version with its content (an
+        equal version alone may be another change of the same transaction). Deletes are always
+        re-sent: an absent document does not tell whether the versioned tombstone was kept."""
+        ids = sorted({a.doc_id for a in actions if a.op == "index"})
+        docs = self.backend.mget(alias, ids) if ids else []
+        stored = {d["_id"]: d for d in docs if d.get("found")}
+        left = [a for a in actions if not _held(a, stored.get(a.doc_id))]
+        return left, len(actions) - len(left)
 
     def _call(self, action: Callable[[], T], what: str) -> T:
         return retried(action, is_retryable, what, self.policy, self.sleep)
@@ -117,6 +154,17 @@ def bulk_chunks(
         used += weight
     if start < len(actions):
         yield actions[start:]
+
+
+def _held(action: BulkAction, stored: dict[str, Any] | None) -> bool:
+    if action.op != "index" or stored is None:
+        return False
+    version = stored.get("_version")
+    if not isinstance(version, int):
+        return False
+    return version > action.version or (
+        version == action.version and stored.get("_source") == action.document
+    )
 
 
 class ItemsToRetry(Exception):
