@@ -177,6 +177,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                             lambda: tree_usage(search_pid).cpu_seconds)  # fmt: skip
         result["raw"] = {
             "search_updates_per_second": round(rates.search_updates, 1),
+            "search_update_warmup_seconds": round(rates.search_update_warmup_seconds, 1),
             "search_cpu_seconds": rates.search_cpu_seconds,
             "search_update_bulks": {
                 "count": len(rates.search_update_bulk_seconds),

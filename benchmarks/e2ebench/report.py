@@ -215,7 +215,8 @@ def render(result: dict[str, Any]) -> str:
     lines = [f"cdc-sync end-to-end benchmark {result['started']} ({result['machine']})", ""]
     lines += [f"rows: {result['rows']}", ""]
     lines += [
-        "raw search re-index of existing documents (10 per bulk): "
+        "raw search re-index of existing documents (10 per bulk), in steady state after "
+        f"{result['raw'].get('search_update_warmup_seconds', 0.0):.1f} s of warm-up: "
         f"{result['raw']['search_updates_per_second']:.1f} docs/s",
     ]
     bulks = result["raw"].get("search_update_bulks")
