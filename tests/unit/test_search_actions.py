@@ -96,5 +96,7 @@ def test_bulk_requests_are_bounded_by_count_and_by_bytes() -> None:
     by_bytes = [len(c) for c in bulk_chunks(actions.actions, count=500, size=100_000)]
     assert by_bytes == [2, 2, 2, 1]  # ~40 kB a document: two fit under 100 kB
     by_count = [len(c) for c in bulk_chunks(actions.actions, count=3, size=10**9)]
-    assert by_count == [3, 3, 1]
+    assert by_count == [3, 3, 1]  # 3 runs, of ceil(7 / 3)
+    six = [len(c) for c in bulk_chunks(actions.actions[:6], count=5, size=10**9)]
+    assert six == [3, 3]  # not 5 and a rest of 1
     assert [len(c) for c in bulk_chunks(actions.actions[:1], count=3, size=10)] == [1]
