@@ -5,6 +5,7 @@ workload, and `cdc-sync verify` converges."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -17,6 +18,8 @@ import pytest
 from cdc_sync.cli import main
 from cdc_sync.connectors.engine import CaptureEngine
 from cdc_sync.core.settings import Connections, write_env_file
+from cdc_sync.job.applier import BatchApplier, BatchMetrics
+from cdc_sync.job.console import is_quiet
 from cdc_sync.mapping import load_mapping
 from tests.e2e.conftest import Services
 from tests.e2e.harness import SyncHarness
@@ -138,3 +141,21 @@ def test_init_then_capture_run_and_verify_converge(
         report = job.wait_converged(timeout_seconds=180)
         assert {str(t.table) for t in report.tables} == {"garden.beds", "garden.harvests"}
         assert main([*settings, "verify", "--mapping", str(mapping_file)]) == 0
+        assert job.job is not None
+        heartbeat = idle_batch(job.job.applier)
+        # What the console's idle line reports: a lag from the heartbeat's commit time.
+        assert heartbeat.source_ts_ms is not None
+        assert 0 <= time.time() * 1000 - heartbeat.source_ts_ms < 30_000
+
+
+def idle_batch(applier: BatchApplier, timeout_seconds: float = 30.0) -> BatchMetrics:
+    """The next batch of heartbeats only (the connector beats every second)."""
+    seen: list[BatchMetrics] = []
+    applier.observers.append(seen.append)
+    deadline = time.monotonic() + timeout_seconds
+    while time.monotonic() < deadline:
+        quiet = [m for m in seen if is_quiet(m) and m.records]
+        if quiet:
+            return quiet[0]
+        time.sleep(0.5)
+    raise AssertionError(f"no heartbeat-only batch in {timeout_seconds}s: {seen}")
