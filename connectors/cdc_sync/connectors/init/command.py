@@ -25,7 +25,7 @@ from cdc_sync.connectors.init.render import (
 )
 from cdc_sync.connectors.init.survey import parse_patterns, survey
 from cdc_sync.core.errors import ConfigError
-from cdc_sync.core.settings import Connections
+from cdc_sync.core.settings import Connections, SettingsError
 from cdc_sync.debezium.connector import describe_database
 
 
@@ -77,8 +77,15 @@ def init_main(argv: list[str]) -> int:
     connector = out / "connectors" / f"{args.name}.json"
     mapping = out / "mappings" / f"{args.name}.yaml"
     setup = out / f"{args.name}-setup.sql"
-    with psycopg.connect(pg_url) as conn:
-        found = survey(conn, parse_patterns(args.tables), MODES)
+    patterns = parse_patterns(args.tables)
+    try:
+        conn = psycopg.connect(pg_url)
+    except psycopg.OperationalError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        where = describe_database(pg_url)
+        raise SettingsError(f"--pg-url: cannot connect to {where}: {first}") from exc
+    with conn:
+        found = survey(conn, patterns, MODES)
     for flag in found.flags:
         print(f"left out: {flag}")
     if not found.captured:
