@@ -1,4 +1,4 @@
-"""`cdc-sync` command line: run, verify, wait, mappings, capture, connectors.
+"""`cdc-sync` command line: init, run, verify, wait, mappings, capture, connectors.
 
 Commands of the development tooling (`stack`, `demo`) are not imported from here: their packages
 register them under the `cdc_sync.commands` entry-point group and this module finds them there,
@@ -299,6 +299,12 @@ def cmd_mappings_validate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_init(args: argparse.Namespace, rest: list[str]) -> int:
+    from cdc_sync.connectors.init.command import init_main
+
+    return init_main(rest)
+
+
 def cmd_capture(args: argparse.Namespace, rest: list[str]) -> int:
     from cdc_sync.connectors.cli import capture_main
 
@@ -394,6 +400,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     for name, command in sorted(plugin_commands().items()):
         sub.add_parser(name, help=_first_line(command.__doc__))
+    sub.add_parser(
+        "init", help="write a connector, a mapping and setup SQL for your database's tables"
+    )
     sub.add_parser("capture", help="run a connector JSON in the embedded Debezium engine")
     sub.add_parser("connectors", help="Kafka Connect operations (see `connectors --help`)")
 
@@ -591,6 +600,7 @@ def _first_line(text: str | None) -> str:
 
 def _passthrough() -> dict[str, Callable[[argparse.Namespace, list[str]], int]]:
     commands: dict[str, Callable[[argparse.Namespace, list[str]], int]] = {
+        "init": cmd_init,
         "capture": cmd_capture,
         "connectors": cmd_connectors,
     }

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
 
-from cdc_sync.connectors.checks import run_checks
+from cdc_sync.connectors.checks import Check, run_checks
 from cdc_sync.debezium.connector import ConnectorFile, load_connector
 from tests.pg import private_database
 
@@ -36,3 +39,121 @@ def test_base64_binary_mode_is_flagged_for_bytea_tables(
     assert bool(flagged) is warned
     if warned:
         assert flagged[0].severity == "warning" and "t.files" in flagged[0].message
+
+
+def _connector(
+    folder: Path, conn: psycopg.Connection[Any], name: str = "mine", **settings: str
+) -> tuple[ConnectorFile, dict[str, str]]:
+    """A connector file of the shop's settings capturing schema t, written into `folder`."""
+    base = load_connector(SHOP)
+    user = conn.execute("SELECT current_user").fetchone()
+    assert user is not None
+    config = dict(base.config) | {
+        "schema.include.list": "t",
+        "table.include.list": "t.items,t.cdc_sync_signal,t.cdc_sync_heartbeat",
+        "signal.data.collection": "t.cdc_sync_signal",
+        "heartbeat.action.query": HEARTBEAT_QUERY,
+        "slot.name": f"{name}_slot",
+        "publication.name": f"{name}_pub",
+        "notification.sink.topic.name": f"{name}.notifications",
+        "database.user": str(user[0]),
+    }
+    config |= settings
+    path = folder / f"{name}.json"
+    path.write_text(json.dumps({"name": name, "config": config}))
+    return ConnectorFile(path, name, config), config
+
+
+HEARTBEAT_QUERY = (
+    "INSERT INTO t.cdc_sync_heartbeat (connector, beat_at) VALUES ('mine', now()) "
+    "ON CONFLICT (connector) DO UPDATE SET beat_at = EXCLUDED.beat_at"
+)
+CONTROL_TABLES = (
+    "CREATE TABLE t.cdc_sync_signal (id varchar(64) PRIMARY KEY, type varchar(32) NOT NULL, "
+    "data varchar(2048))",
+    "CREATE TABLE t.cdc_sync_heartbeat (connector text PRIMARY KEY, beat_at timestamptz)",
+)
+
+
+@pytest.fixture
+def schema_t(pg_url: str) -> Iterator[psycopg.Connection[Any]]:
+    """A private database with schema t: a table t.items and the signal and heartbeat tables."""
+    with private_database(pg_url, "checks") as url, psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE SCHEMA t")
+        conn.execute("CREATE TABLE t.items (id int PRIMARY KEY, body text)")
+        for statement in CONTROL_TABLES:
+            conn.execute(statement.encode())
+        yield conn
+
+
+def _errors(checks: list[Check], setting: str) -> list[Check]:
+    return [c for c in checks if c.severity == "error" and c.setting == setting]
+
+
+def test_a_complete_connector_has_none_of_these_errors(
+    schema_t: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    connector, config = _connector(tmp_path, schema_t)
+    checks = run_checks(connector, config, schema_t)
+    assert not [c for c in checks if c.severity == "error"], checks
+
+
+def test_a_heartbeat_query_on_a_missing_table_is_an_error(
+    schema_t: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    schema_t.execute("DROP TABLE t.cdc_sync_heartbeat")
+    connector, config = _connector(tmp_path, schema_t)
+    [error] = _errors(run_checks(connector, config, schema_t), "heartbeat.action.query")
+    assert "t.cdc_sync_heartbeat" in error.message and "does not exist" in error.message
+
+
+@pytest.mark.parametrize("key", ["slot.name", "publication.name", "notification.sink.topic.name"])
+def test_a_name_shared_with_another_connector_file_in_the_folder_is_an_error(
+    schema_t: psycopg.Connection[Any], tmp_path: Path, key: str
+) -> None:
+    connector, config = _connector(tmp_path, schema_t)
+    _connector(tmp_path, schema_t, name="other")  # its own names: no finding
+    assert not _errors(run_checks(connector, config, schema_t), key)
+    _connector(tmp_path, schema_t, name="copy", **{key: config[key]})
+    [error] = _errors(run_checks(connector, config, schema_t), key)
+    assert str(tmp_path / "copy.json") in error.message
+
+
+def test_a_missing_signal_table_is_an_error(
+    schema_t: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    schema_t.execute("DROP TABLE t.cdc_sync_signal")
+    connector, config = _connector(tmp_path, schema_t)
+    [error] = _errors(run_checks(connector, config, schema_t), "signal.data.collection")
+    assert "t.cdc_sync_signal does not exist" in error.message
+
+
+def test_a_signal_table_not_captured_is_an_error(
+    schema_t: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    connector, config = _connector(
+        tmp_path, schema_t, **{"table.include.list": "t.items,t.cdc_sync_heartbeat"}
+    )
+    [error] = _errors(run_checks(connector, config, schema_t), "signal.data.collection")
+    assert "table.include.list" in error.message
+
+
+@pytest.mark.parametrize(("identity", "flagged"), [("DEFAULT", True), ("FULL", False)])
+def test_a_deferrable_primary_key_needs_replica_identity_full(
+    schema_t: psycopg.Connection[Any], tmp_path: Path, identity: str, flagged: bool
+) -> None:
+    schema_t.execute("DROP TABLE t.items")
+    schema_t.execute("CREATE TABLE t.items (id int PRIMARY KEY DEFERRABLE INITIALLY DEFERRED)")
+    schema_t.execute(f"ALTER TABLE t.items REPLICA IDENTITY {identity}".encode())
+    connector, config = _connector(tmp_path, schema_t)
+    errors = _errors(run_checks(connector, config, schema_t), "REPLICA IDENTITY of t.items")
+    assert bool(errors) is flagged
+    if flagged:
+        assert "DEFERRABLE" in errors[0].message and "REPLICA IDENTITY FULL" in errors[0].message
+
+
+def test_an_unlogged_table_is_an_error(schema_t: psycopg.Connection[Any], tmp_path: Path) -> None:
+    schema_t.execute("ALTER TABLE t.items SET UNLOGGED")
+    connector, config = _connector(tmp_path, schema_t)
+    [error] = _errors(run_checks(connector, config, schema_t), "t.items")
+    assert "UNLOGGED" in error.message and "SET LOGGED" in error.message

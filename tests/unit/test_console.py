@@ -14,7 +14,7 @@ from rich.console import Console
 from cdc_sync.core.logs import CONSOLE, setup_logging
 from cdc_sync.core.model import TableId
 from cdc_sync.job.applier import BatchMetrics, TableProgress
-from cdc_sync.job.console import SnapshotProgress, batch_line
+from cdc_sync.job.console import BatchLine, SnapshotProgress, batch_line
 from cdc_sync.sinks.base import RecordFailure, WriteResult
 
 pytestmark = pytest.mark.unit
@@ -123,3 +123,75 @@ def test_snapshot_progress_stays_closed_without_snapshot_rows() -> None:
     view(_snapshot_batch(0, {}, streamed=4))
     assert view.progress is None
     view.close()
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _heartbeats(batch_id: int, source_ts_ms: int | None = 1_000_000) -> BatchMetrics:
+    """A heartbeat-only batch: a record of the heartbeat table, no routed table."""
+    metrics = BatchMetrics(batch_id, records=1, changes=1, compacted=1)
+    metrics.sinks["search"] = WriteResult(applied=0, fenced=0)
+    metrics.source_ts_ms = source_ts_ms
+    return metrics
+
+
+def test_heartbeat_batches_print_nothing_then_one_idle_line_a_minute() -> None:
+    clock = Clock()
+    lines = BatchLine(lambda: 0x1A2B3C8, clock=clock)
+    shown = []
+    for second in range(1, 181):  # three idle minutes, a heartbeat batch a second
+        clock.now = 1000.0 + second
+        shown.append(lines.console_line(_heartbeats(second), now_ms=1_000_800))
+    idle = [line for line in shown if line is not None]
+    assert idle == [
+        f"idle {took}: 60 heartbeat batches since the last line; lag 0.8 s; watermark 0/1A2B3C8"
+        for took in ("60 s", "2 min", "3 min")
+    ]
+
+
+def test_a_batch_that_changes_a_table_is_shown_and_restarts_the_idle_minute() -> None:
+    clock = Clock()
+    lines = BatchLine(clock=clock)
+    clock.now += 50
+    assert lines.console_line(_heartbeats(0)) is None
+    clock.now += 5
+    line = lines.console_line(_metrics(), now_ms=1_001_300)
+    assert line is not None and line.startswith("batch 7: 447 records")
+    clock.now += 59
+    assert lines.console_line(_heartbeats(8)) is None  # a minute after the change, not the start
+    clock.now += 1
+    idle = lines.console_line(_heartbeats(9, source_ts_ms=None))
+    assert idle == "idle 60 s: 2 heartbeat batches since the last line; watermark none yet"
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"malformed": 1},
+        {"tombstones": 1},
+        {"dead_lettered": 1},
+    ],
+)
+def test_a_batch_that_rejected_something_is_never_quiet(change: dict[str, int]) -> None:
+    metrics = _heartbeats(1)
+    for name, value in change.items():
+        setattr(metrics, name, value)
+    assert BatchLine().console_line(metrics) is not None
+
+
+def test_the_log_file_and_verbose_console_keep_every_batch(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], restore_logging: None
+) -> None:
+    setup_logging(verbose=False, directory=tmp_path)
+    BatchLine()(_heartbeats(41))
+    assert "batch 41" not in capsys.readouterr().err  # quiet on the console
+    assert "batch 41: 1 records, 1 changes" in (tmp_path / "job.log").read_text()
+    setup_logging(verbose=True, directory=None)
+    BatchLine()(_heartbeats(42))
+    assert "batch 42: 1 records, 1 changes" in capsys.readouterr().err

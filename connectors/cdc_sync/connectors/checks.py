@@ -11,8 +11,9 @@ from typing import Any
 
 import psycopg
 
+from cdc_sync.core.errors import ConfigError
 from cdc_sync.core.model import TableId
-from cdc_sync.debezium.connector import ConnectorFile, captured_tables
+from cdc_sync.debezium.connector import ConnectorFile, captured_tables, load_connector
 from cdc_sync.mapping import MappingFile
 
 DEFAULT_NAMES = {"publication.name": "dbz_publication", "slot.name": "debezium"}
@@ -40,12 +41,15 @@ def run_checks(
     checks += _wal_level(conn)
     checks += _names(config)
     checks += _heartbeat(config)
+    checks += _heartbeat_query(conn, config)
+    checks += _shared_names(connector, config)
     checks += _slot_retention(conn, config)
     tables = captured_tables(conn, connector)
     if not tables:
         checks.append(
             Check("error", "table.include.list", "matches no table in the source database")
         )
+    checks += _signal_table(conn, config, tables)
     checks += _role(conn, config["database.user"], tables)
     for table in tables:
         checks += _table(conn, table, config)
@@ -100,6 +104,106 @@ def _heartbeat(config: Mapping[str, str]) -> list[Check]:
                 "not set: plain heartbeats carry no WAL position, so while the tables are idle "
                 "the applied watermarks stand still and `cdc-sync wait` times out (upsert a "
                 "captured heartbeat table, the mapping's source.heartbeat_table)",
+            )
+        ]
+    return []
+
+
+def _heartbeat_query(conn: psycopg.Connection[Any], config: Mapping[str, str]) -> list[Check]:
+    """The query is planned, never run (EXPLAIN, rolled back): a missing table or a privilege
+    the connector's role lacks shows now, not as a failed connector task once it is idle."""
+    query = config.get("heartbeat.action.query", "").strip().rstrip(";")
+    if not query:
+        return []
+    try:
+        with conn.transaction(force_rollback=True):
+            conn.execute(f"EXPLAIN {query}".encode())
+    except psycopg.errors.UndefinedTable as exc:
+        return [
+            Check(
+                "error",
+                "heartbeat.action.query",
+                f"{_first_line(exc)}: create the heartbeat table (see `cdc-sync init`'s "
+                "setup SQL) or point the query at an existing one",
+            )
+        ]
+    except psycopg.Error as exc:
+        return [
+            Check(
+                "error",
+                "heartbeat.action.query",
+                f"cannot run as the connector's role: {_first_line(exc)}",
+            )
+        ]
+    return []
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+# Names one connector must not share with another: a slot has one reader, a publication is
+# altered by the connector that owns it, and a notification topic shared makes each connector's
+# `connectors snapshot` and repair read the other's snapshot notifications as their own.
+OWN_NAMES = ("slot.name", "publication.name", "notification.sink.topic.name")
+
+
+def _shared_names(connector: ConnectorFile, config: Mapping[str, str]) -> list[Check]:
+    """The connector files beside this one (same folder) that use one of its `OWN_NAMES`."""
+    checks = []
+    for other in sorted(connector.path.parent.glob("*.json")):
+        if other.resolve() == connector.path.resolve():
+            continue
+        try:
+            theirs = load_connector(other).config
+        except ConfigError:
+            continue  # not a connector file
+        for key in OWN_NAMES:
+            value = config.get(key)
+            if value and theirs.get(key) == value:
+                checks.append(
+                    Check(
+                        "error",
+                        key,
+                        f"{value!r} is also used by {other}: give each connector its own",
+                    )
+                )
+    return checks
+
+
+def _signal_table(
+    conn: psycopg.Connection[Any], config: Mapping[str, str], captured: list[TableId]
+) -> list[Check]:
+    """Debezium reads signals from the WAL: the table must exist and be captured."""
+    name = config.get("signal.data.collection")
+    if not name:
+        return []
+    parts = name.split(".")  # schema.table (a database prefix is allowed)
+    table = TableId(parts[-2], parts[-1]) if len(parts) >= 2 else None
+    found = None
+    if table is not None:
+        found = conn.execute(
+            "SELECT to_regclass(%s)", (f'"{table.schema}"."{table.table}"',)
+        ).fetchone()
+    exists = found is not None and found[0] is not None
+    if table is None or not exists:
+        return [
+            Check(
+                "error",
+                "signal.data.collection",
+                f"table {name} does not exist: create it (id varchar(64) PRIMARY KEY, type "
+                "varchar(32) NOT NULL, data varchar(2048)); incremental snapshots and repair "
+                "need it",
+            )
+        ]
+    if table not in captured:
+        return [
+            Check(
+                "error",
+                "signal.data.collection",
+                f"{table} is not captured: add it to table.include.list (Debezium reads "
+                "signals from the WAL)",
             )
         ]
     return []
@@ -173,6 +277,7 @@ def _table(conn: psycopg.Connection[Any], table: TableId, config: Mapping[str, s
     identity = conn.execute(
         "SELECT relreplident FROM pg_class WHERE oid = %s::regclass", (name,)
     ).fetchone()
+    checks += _decodable(conn, table, name, identity[0] if identity else None)
     toastable = conn.execute(
         "SELECT count(*) FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid "
         "WHERE a.attrelid = %s::regclass AND a.attnum > 0 AND NOT a.attisdropped "
@@ -224,3 +329,38 @@ def _base64_bytea(
             "(the default) or hex, or set REPLICA IDENTITY FULL",
         )
     ]
+
+
+def _decodable(
+    conn: psycopg.Connection[Any], table: TableId, name: str, identity: str | None
+) -> list[Check]:
+    """What logical decoding cannot capture: an unlogged table writes no WAL; a deferrable
+    primary key cannot be the replica identity, so under DEFAULT updates and deletes carry no
+    key (and fail in Postgres once the table is published)."""
+    row = conn.execute(
+        "SELECT c.relpersistence, EXISTS (SELECT 1 FROM pg_constraint k WHERE k.conrelid = c.oid "
+        "AND k.contype = 'p' AND k.condeferrable) FROM pg_class c WHERE c.oid = %s::regclass",
+        (name,),
+    ).fetchone()
+    if row is None:
+        return []
+    persistence, deferrable = row
+    checks = []
+    if persistence == "u":
+        checks.append(
+            Check(
+                "error",
+                f"{table}",
+                f"UNLOGGED: its changes never reach the WAL; ALTER TABLE {name} SET LOGGED",
+            )
+        )
+    if deferrable and identity != "f":
+        checks.append(
+            Check(
+                "error",
+                f"REPLICA IDENTITY of {table}",
+                f"its primary key is DEFERRABLE, which cannot serve as replica identity: "
+                f"ALTER TABLE {name} REPLICA IDENTITY FULL",
+            )
+        )
+    return checks

@@ -78,6 +78,9 @@ class BatchMetrics:
     # The highest `Change.commit_bound` among the batch's changes, heartbeats included: the
     # read-your-writes watermark's candidate (job.watermark_rule says when it holds).
     commit_bound: int | None = None
+    # The newest source commit time (ms) among the batch's changes, heartbeats included: an
+    # idle job's lag (job.console).
+    source_ts_ms: int | None = None
 
     def timed(self, stage: str, started: float) -> None:
         self.stages[stage] = self.stages.get(stage, 0.0) + time.monotonic() - started
@@ -177,6 +180,9 @@ class BatchApplier:
             commit_bound=max(
                 (b for b in (c.commit_bound for c in compacted) if b is not None), default=None
             ),
+            source_ts_ms=max(
+                (t for t in (c.source_ts_ms for c in compacted) if t is not None), default=None
+            ),
         )
         writes = [
             write_table(self.mapping.tables[table], state, by_table[table], self.sinks, self.filler)
@@ -201,6 +207,7 @@ class BatchApplier:
         stage_seconds: dict[str, float] | None = None,
         offsets: dict[tuple[str, int], int] | None = None,
         commit_bound: int | None = None,
+        source_ts_ms: int | None = None,
         ran_on: str = "executors",
     ) -> BatchPlan:
         """Before the writes: rejected records meet their policies, and each routed table's
@@ -213,6 +220,7 @@ class BatchApplier:
         metrics.stages.update(stage_seconds or {})
         metrics.offsets.update(offsets or {})
         metrics.commit_bound = commit_bound  # the batch's highest, heartbeats included
+        metrics.source_ts_ms = source_ts_ms
         metrics.tombstones += tombstone_deletes
         letters = self._handle_rejected(rejected, metrics)
         accepted: dict[TableId, SchemaState] = {}

@@ -1,5 +1,6 @@
-"""What the job shows on the console: one concise line per batch, and a progress view of the
-initial snapshot (rows synced per table against the catalog's estimate, rate, ETA) on a TTY.
+"""What the job shows on the console: one concise line per batch that changed something (an
+idle job: one line a minute), and a progress view of the initial snapshot (rows synced per
+table against the catalog's estimate, rate, ETA) on a TTY.
 
 Both are batch observers; the detailed per-batch summary goes to the log file (`core.logs`).
 """
@@ -8,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from psycopg import sql
@@ -24,11 +25,13 @@ from rich.progress import (
 )
 
 from cdc_sync.core.logs import CONSOLE
+from cdc_sync.core.lsn import format_lsn
 from cdc_sync.core.model import TableId
 from cdc_sync.job.applier import BatchMetrics
 from cdc_sync.job.status_file import batch_seconds
 
 console_log = logging.getLogger(CONSOLE)
+log = logging.getLogger(__name__)
 
 
 def batch_line(metrics: BatchMetrics, now_ms: int | None = None) -> str:
@@ -52,11 +55,89 @@ def batch_line(metrics: BatchMetrics, now_ms: int | None = None) -> str:
     return "; ".join(parts)
 
 
+# An idle job says so once a minute; its heartbeat-only batches (one a heartbeat interval)
+# go to the log file only.
+IDLE_LINE_SECONDS = 60.0
+
+
+def is_quiet(metrics: BatchMetrics) -> bool:
+    """Nothing to show: no routed table changed and nothing was rejected or refused (a batch
+    of heartbeats only, or an empty one)."""
+    return (
+        not metrics.tables
+        and not metrics.malformed
+        and not metrics.tombstones
+        and not metrics.dead_lettered
+        and not any(r.failures for r in metrics.sinks.values())
+    )
+
+
+def idle_line(
+    idle_seconds: float, batches: int, lag_seconds: float | None, watermark: int | None
+) -> str:
+    """`idle 5 min: 60 heartbeat batches since the last line; lag 0.8 s; watermark 0/1A2B3C8`.
+    Lag: now minus the source commit time of the newest heartbeat applied."""
+    parts = [f"idle {_duration(idle_seconds)}: {batches} heartbeat batches since the last line"]
+    if lag_seconds is not None:
+        parts.append(f"lag {max(0.0, lag_seconds):.1f} s")
+    parts.append(f"watermark {format_lsn(watermark) if watermark is not None else 'none yet'}")
+    return "; ".join(parts)
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds // 3600:.0f} h {seconds % 3600 / 60:.0f} min"
+
+
 class BatchLine:
-    """Logs `batch_line` to the console logger after each batch."""
+    """After each batch, what the console shows: the batch line for a batch that changed a
+    routed table (or rejected something); for heartbeat-only batches nothing, but one idle
+    line a minute. Every batch line goes to the log file, and with `-v` to the console too.
+
+    `watermark`: the applied watermark this job last recorded (job.watermarks)."""
+
+    def __init__(
+        self,
+        watermark: Callable[[], int | None] = lambda: None,
+        clock: Callable[[], float] = time.monotonic,
+        every_seconds: float = IDLE_LINE_SECONDS,
+    ) -> None:
+        self.watermark = watermark
+        self.clock = clock
+        self.every_seconds = every_seconds
+        started = clock()
+        self.last_change_at = started  # the last batch that changed something (or the start)
+        self.last_line_at = started  # the last line on the console
+        self.quiet_batches = 0  # since the last line
+
+    def console_line(self, metrics: BatchMetrics, now_ms: int | None = None) -> str | None:
+        """The line the console shows for this batch, None for none (the decision)."""
+        now = self.clock()
+        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        if not is_quiet(metrics):
+            self.last_change_at = self.last_line_at = now
+            self.quiet_batches = 0
+            return batch_line(metrics, now_ms)
+        self.quiet_batches += 1
+        if now - self.last_line_at < self.every_seconds:
+            return None
+        lag = (now_ms - metrics.source_ts_ms) / 1000 if metrics.source_ts_ms else None
+        line = idle_line(now - self.last_change_at, self.quiet_batches, lag, self.watermark())
+        self.last_line_at = now
+        self.quiet_batches = 0
+        return line
 
     def __call__(self, metrics: BatchMetrics) -> None:
-        console_log.info("%s", batch_line(metrics))
+        now_ms = int(time.time() * 1000)
+        line = batch_line(metrics, now_ms)
+        shown = self.console_line(metrics, now_ms)
+        if shown is not None:
+            console_log.info("%s", shown)
+        if shown != line:
+            log.info("%s", line)  # the log file (and the console with -v)
 
 
 # A table the catalog has no estimate for (never analyzed) is counted when at most this big.

@@ -45,6 +45,7 @@ DECODED_SCHEMA = pa.schema(
         pa.field("version", pa.int64()),
         pa.field("bound", pa.int64()),  # Change.commit_bound: the read-your-writes candidate
         pa.field("floor", pa.int64()),  # Change.snapshot_point: the partition's floor
+        pa.field("ts", pa.int64()),  # Change.source_ts_ms: the console's lag, heartbeats too
         pa.field("change", pa.binary()),
         pa.field("schema_fp", pa.string()),
         pa.field("schema_blob", pa.binary()),
@@ -120,6 +121,7 @@ def _change_columns(change: Change, seen: set[str], kind: str = KIND_CHANGE) -> 
         "version": change.version,
         "bound": change.commit_bound,
         "floor": change.snapshot_point,
+        "ts": change.source_ts_ms,
         "change": pickle.dumps(dataclasses.replace(change, schema=None), protocol=5),
     }
     if change.schema is not None:
@@ -295,7 +297,13 @@ def decode_and_fold(
 
 def _stats_rows(decoded: pa.Table, task: str) -> list[dict[str, object]]:
     grouped = decoded.group_by(["kind", "topic", "partition"]).aggregate(
-        [("offset", "count"), ("offset", "max"), ("floor", "max"), ("bound", "max")]
+        [
+            ("offset", "count"),
+            ("offset", "max"),
+            ("floor", "max"),
+            ("bound", "max"),
+            ("ts", "max"),
+        ]
     )
     return [
         {
@@ -307,6 +315,7 @@ def _stats_rows(decoded: pa.Table, task: str) -> list[dict[str, object]]:
             "count": row["offset_count"],
             "floor": row["floor_max"],
             "bound": row["bound_max"],
+            "ts": row["ts_max"],
             "task": task,
         }
         for row in grouped.to_pylist()

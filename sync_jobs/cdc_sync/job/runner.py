@@ -259,9 +259,6 @@ class SyncJob:
             sink_tables(mapping, self.sinks),
             self.health,
         )
-        self.progress = snapshot_progress(mapping, self.database, options)
-        # The progress view first: its summary line precedes the batch line that ended it.
-        console = ([self.progress] if self.progress else []) + [BatchLine()]
         # Read-your-writes: the applied watermark, recorded in every sink after each batch, on
         # its own thread (the next batch does not wait for it).
         self.watermarks = WatermarkObserver(
@@ -270,6 +267,10 @@ class SyncJob:
             EndOffsets(connections.require("kafka_bootstrap"), connections.kafka_flavor),
             options.checkpoint_dir,
         )
+        self.progress = snapshot_progress(mapping, self.database, options)
+        # The progress view first: its summary line precedes the batch line that ended it.
+        batch_lines = BatchLine(lambda: self.watermarks.watermark)
+        console = ([self.progress] if self.progress else []) + [batch_lines]
         # The accepted schemas belong to this query's checkpoint: a new checkpoint, a new baseline.
         self.applier = BatchApplier(
             mapping,

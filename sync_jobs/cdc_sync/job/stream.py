@@ -106,6 +106,7 @@ class MicroBatchProcessor:
                 stage_seconds=stages,
                 offsets=summary.offsets,
                 commit_bound=summary.commit_bound,
+                source_ts_ms=summary.source_ts_ms,
                 ran_on=phases.ran_on,
             )
             tasks: list[list[TableWrite]] = []
@@ -163,6 +164,7 @@ class SideRows:
         self.offsets: dict[tuple[str, int], int] = {}
         self.floors: Floors = {}  # highest snapshot point per partition (job.version_floors)
         self.commit_bound: int | None = None  # highest Change.commit_bound (job.watermarks)
+        self.source_ts_ms: int | None = None  # newest source commit time (job.console)
         self.rejected: list[Rejected] = []
         self.compacted = 0
         self.schemas: dict[TableId, RowSchema | None] = {}
@@ -177,6 +179,8 @@ class SideRows:
                     self.floors[where] = max(self.floors.get(where, 0), row["floor"])
                 if row.get("bound") is not None:
                     self.commit_bound = max(self.commit_bound or 0, row["bound"])
+                if row.get("ts") is not None:
+                    self.source_ts_ms = max(self.source_ts_ms or 0, row["ts"])
                 readers[where].add(row["task"])
             elif row["kind"] == KIND_TABLE:
                 table = TableId.parse(row["table"])

@@ -1,0 +1,114 @@
+"""`cdc-sync init` on a real catalog: what it flags, the files it writes pass both validators as
+the least-privilege role it creates, and a re-run on a changed schema diffs instead of writing."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+import pytest
+
+from cdc_sync.cli import main
+from cdc_sync.connectors.checks import run_checks
+from cdc_sync.core.model import TableId
+from cdc_sync.debezium.connector import load_connector
+from cdc_sync.mapping import load_mapping
+from cdc_sync.verify.mapping_check import validate_mapping
+from tests.pg import private_database
+
+pytestmark = pytest.mark.integration
+
+SCHEMA = """
+CREATE SCHEMA app;
+CREATE TABLE app.users (id bigint PRIMARY KEY, email text NOT NULL, score numeric(8, 3),
+                        tags text[], meta jsonb, seen_at timestamptz);
+CREATE TABLE app.visits (user_id bigint, day date, n int, PRIMARY KEY (user_id, day));
+CREATE TABLE app.no_key (body text);
+CREATE TABLE app.nothing (id int PRIMARY KEY);
+ALTER TABLE app.nothing REPLICA IDENTITY NOTHING;
+CREATE TABLE app.deferred (id int PRIMARY KEY DEFERRABLE INITIALLY DEFERRED);
+CREATE UNLOGGED TABLE app.scratch (id int PRIMARY KEY);
+CREATE TABLE app.shapes (id int PRIMARY KEY, p point);
+"""
+LEFT_OUT = {
+    "app.no_key": "ADD PRIMARY KEY",
+    "app.nothing": "REPLICA IDENTITY DEFAULT",
+    "app.deferred": "REPLICA IDENTITY FULL",
+    "app.scratch": "SET LOGGED",
+    "app.shapes": "'point'",
+}
+
+
+@pytest.fixture
+def app_db(pg_url: str) -> Iterator[tuple[str, str]]:
+    """(database URL, connector name): the schema above; the role init makes is dropped after."""
+    name = f"app{uuid.uuid4().hex[:6]}"
+    with private_database(pg_url, "init") as url:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(SCHEMA.encode())
+        yield url, name
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(f'DROP ROLE IF EXISTS "cdc_sync_{name}"'.encode())
+
+
+def as_role(url: str, role: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(netloc=f"{role}@{parts.hostname}:{parts.port}"))
+
+
+def test_init_writes_files_that_pass_both_validators_as_its_role(
+    app_db: tuple[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url, name = app_db
+    argv = ["init", "--pg-url", url, "--tables", "app.*", "--name", name, "--out", str(tmp_path)]
+    assert main([*argv, "--apply"]) == 0
+    out = capsys.readouterr().out
+    for table, fix in LEFT_OUT.items():
+        [line] = [line for line in out.splitlines() if line.startswith(f"left out: {table}:")]
+        assert fix in line
+    connector = load_connector(tmp_path / "connectors" / f"{name}.json")
+    mapping = load_mapping(tmp_path / "mappings" / f"{name}.yaml")
+    assert {str(t) for t in mapping.tables} == {"app.users", "app.visits"}
+
+    role = f"cdc_sync_{name}"
+    with psycopg.connect(as_role(url, role)) as conn:
+        checks = run_checks(connector, _resolved(connector.config, role), conn, mapping)
+        assert not [c for c in checks if c.severity == "error"], checks
+        assert validate_mapping(mapping, conn, connector) == []
+        # The least privilege: reads of the captured tables, nothing of the others.
+        conn.execute("SELECT count(*) FROM app.visits")
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("SELECT count(*) FROM app.no_key")
+
+    # Run again unchanged: up to date. On a changed schema: a diff, and nothing written.
+    assert main(argv) == 0
+    assert "would change" not in capsys.readouterr().out
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("ALTER TABLE app.visits ADD COLUMN note text")
+    mapping_file = tmp_path / "mappings" / f"{name}.yaml"
+    before = mapping_file.read_text()
+    assert main(argv) == 1
+    out = capsys.readouterr().out
+    assert "+          note:" in out and "1 file(s) would change" in out
+    assert mapping_file.read_text() == before
+    assert main([*argv, "--force"]) == 0
+    route = load_mapping(mapping_file).tables[TableId("app", "visits")]
+    assert route.search is not None and "note" in route.search.mapping["properties"]
+
+
+def test_a_glob_that_matches_nothing_is_refused_by_name(
+    app_db: tuple[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url, name = app_db
+    argv = ["init", "--pg-url", url, "--tables", "app.users,ap.*", "--name", name]
+    assert main([*argv, "--out", str(tmp_path)]) == 2
+    assert "--tables: ap.* matches no table" in capsys.readouterr().err
+    assert not (tmp_path / "connectors").exists()
+
+
+def _resolved(config: Any, role: str) -> dict[str, str]:
+    return dict(config) | {"database.user": role}
