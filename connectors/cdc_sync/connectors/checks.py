@@ -40,6 +40,7 @@ def run_checks(
     checks += _wal_level(conn)
     checks += _names(config)
     checks += _heartbeat(config)
+    checks += truncate_checks(config)
     checks += _slot_retention(conn, config)
     tables = captured_tables(conn, connector)
     if not tables:
@@ -100,6 +101,34 @@ def _heartbeat(config: Mapping[str, str]) -> list[Check]:
                 "not set: plain heartbeats carry no WAL position, so while the tables are idle "
                 "the applied watermarks stand still and `cdc-sync wait` times out (upsert a "
                 "captured heartbeat table, the mapping's source.heartbeat_table)",
+            )
+        ]
+    return []
+
+
+def truncate_checks(config: Mapping[str, str]) -> list[Check]:
+    """Truncate events: skipped by Debezium's default (`skipped.operations=t`), and keyless, which
+    Apache Kafka refuses on a compacted topic."""
+    skipped = {op.strip() for op in config.get("skipped.operations", "t").split(",")}
+    if "t" in skipped:
+        return [
+            Check(
+                "warning",
+                "skipped.operations",
+                "skips truncate events (Debezium's default `t`): a TRUNCATE never reaches the "
+                "sinks, which keep every truncated row until `cdc-sync repair`; set it to none",
+            )
+        ]
+    if "compact" in config.get("topic.creation.default.cleanup.policy", ""):
+        return [
+            Check(
+                "warning",
+                "topic.creation.default.cleanup.policy",
+                "compact with truncate events on: a truncate event has no key, and Apache Kafka "
+                "refuses keyless records on a compacted topic, which fails the task at the first "
+                "TRUNCATE (the local stack's brokers accept them). On Apache Kafka key truncate "
+                "events with a custom SMT, or skip them (skipped.operations=t) and run "
+                "`cdc-sync repair` after a TRUNCATE",
             )
         ]
     return []
