@@ -25,6 +25,8 @@ from typing import Any
 import psycopg
 import pytest
 
+from cdc_sync.core.model import TableId, Truncate
+from cdc_sync.debezium.decoder import parse_record
 from tests.debezium_capture import RawRecord, TopicReader, captured
 from tests.fixtures.services import KafkaEndpoint
 from tests.pg import private_database
@@ -96,6 +98,11 @@ def test_truncate_events_as_debezium_emits_them(
     assert last_commit is not None and own == source["lsn"]
     assert version(inserted) < version(truncate) < version(reinserted)
     assert all(r.key is not None and r.value is not None for r in (inserted, reinserted))
+    # Decoded: the table's Truncate, versioned as any streamed change, not a malformed record.
+    decoded = parse_record(truncate.key, truncate.value, truncate.coordinates)
+    assert decoded == Truncate(
+        TableId("tr", "t"), last_commit, truncate.coordinates, own, source["ts_ms"]
+    )
 
     # TRUNCATE a, b: one event per table, on each table's topic, of one transaction.
     [truncate_a] = [r for r in a if payload(r)["op"] == "t"]

@@ -22,7 +22,14 @@ from collections.abc import Iterator, Mapping
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cdc_sync.core.model import Change, Coordinates, KnownSchemas, Tombstone, tombstone_delete
+from cdc_sync.core.model import (
+    Change,
+    Coordinates,
+    KnownSchemas,
+    Tombstone,
+    Truncate,
+    tombstone_delete,
+)
 from cdc_sync.debezium.decoder import MalformedRecord, parse_record, table_from_topic
 from cdc_sync.job.fold import fold_key
 
@@ -31,6 +38,7 @@ KIND_TOMBSTONE = "tombstone"  # a tombstone the table's policy does not apply (s
 KIND_TOMBSTONE_DELETE = "tombstone_delete"  # a tombstone applied as a delete: folded like changes
 CHANGE_KINDS = (KIND_CHANGE, KIND_TOMBSTONE_DELETE)
 KIND_MALFORMED = "malformed"
+KIND_TRUNCATE = "truncate"  # a table's TRUNCATE: applied by the driver before the writes
 KIND_STATS = "stats"  # records of one kind read from one topic-partition, and the last offset
 KIND_TABLE = "table"  # per table: its folded changes, the newest one's schema (schema policy)
 
@@ -45,6 +53,7 @@ DECODED_SCHEMA = pa.schema(
         pa.field("version", pa.int64()),
         pa.field("bound", pa.int64()),  # Change.commit_bound: the read-your-writes candidate
         pa.field("floor", pa.int64()),  # Change.snapshot_point: the partition's floor
+        pa.field("position", pa.int64()),  # a truncate's own WAL position (Truncate.fence)
         pa.field("change", pa.binary()),
         pa.field("schema_fp", pa.string()),
         pa.field("schema_blob", pa.binary()),
@@ -95,6 +104,14 @@ def _decode_row(
             "error_message": exc.reason,
             "key": key,
             "value": value,
+        }
+    if isinstance(parsed, Truncate):
+        return row | {
+            "kind": KIND_TRUNCATE,
+            "table": str(parsed.table),
+            "version": parsed.version,
+            "bound": parsed.commit_bound,
+            "position": parsed.position,
         }
     if isinstance(parsed, Tombstone):
         if tombstone_deletes is not None and str(parsed.table) in tombstone_deletes:
