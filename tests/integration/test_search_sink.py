@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from cdc_sync.core.model import Change
+from cdc_sync.core.model import Change, Coordinates, Truncate
 from cdc_sync.mapping import TableRoute
 from cdc_sync.sinks.search import SearchSink
 from cdc_sync.sinks.search import readback as search_readback
@@ -186,3 +186,20 @@ def test_concurrent_writes_share_the_clients_connections(
         assert list(pool.map(write, range(1, 9))) == [(1, 0, 0)] * 8
     assert not [r for r in caplog.records if "pool is full" in r.getMessage()]
     assert sorted(docs(sink, route), key=int) == [str(k) for k in range(1, 9)]
+
+
+def test_truncate_removes_older_documents_fenced_and_leaves_tombstones(
+    sink: SearchSink, route: TableRoute
+) -> None:
+    """Documents below the truncate's version go (each leaves a delete tombstone, so a stale
+    update stays out); a later change applied before the truncate arrived, and its own
+    transaction's reload, stay."""
+    apply(sink, route, change(route, "c", 10, 1, product(1)), change(route, "c", 20, 2, product(2)))
+    apply(sink, route, change(route, "c", 60, 3, product(3)), change(route, "c", 50, 4, product(4)))
+    truncate = Truncate(route.table, 50, Coordinates("cdc.shop.products", 0, 9), 55)
+    assert sink.truncate(route, truncate) == 2
+    assert sorted(docs(sink, route)) == ["3", "4"]
+    assert apply(sink, route, change(route, "u", 30, 1, product(1, name="stale"))) == (0, 1, 0)
+    assert "1" not in docs(sink, route)
+    assert sink.truncate(route, truncate) == 0  # replayed: nothing older is left
+    assert apply(sink, route, change(route, "c", 70, 1, product(1, name="new"))) == (1, 0, 0)
