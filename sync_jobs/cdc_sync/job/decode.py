@@ -8,7 +8,8 @@ with unchanged TOAST columns filled from older changes of that key (compaction.f
 decode_and_fold: both, within one input partition, with no shuffle: Debezium keys a table's
 records by primary key, so every change of a key sits in one Kafka partition, which the Kafka
 source reads as one Spark partition (see `job.stream`). Besides the folded changes it yields the
-partition's side rows for the driver: rejected records, per-table schemas and record counts.
+partition's side rows for the driver: rejected records, truncates, per-table schemas and record
+counts.
 """
 
 from __future__ import annotations
