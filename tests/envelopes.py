@@ -146,3 +146,12 @@ def product(
 
 def coords(offset: int, topic: str = "cdc.shop.products", partition: int = 0) -> Coordinates:
     return Coordinates(topic, partition, offset)
+
+
+def truncate_bytes(table: str, last_commit: int | None, lsn: int) -> bytes:
+    """A truncate event as Debezium writes it (tests/integration/test_debezium_truncate.py): op
+    `t`, no before/after, `source.sequence` [last commit, lsn]; it goes without a key."""
+    document = json.loads(envelope_bytes(table, "t", lsn, None))
+    commit = None if last_commit is None else str(last_commit)
+    document["payload"]["source"]["sequence"] = json.dumps([commit, str(lsn)])
+    return json.dumps(document).encode()

@@ -16,7 +16,7 @@ from confluent_kafka import Consumer, TopicPartition
 from deltalake import DeltaTable
 
 from cdc_sync.core.kafka_clients import consumer_config
-from cdc_sync.core.model import Change, Coordinates, TableId
+from cdc_sync.core.model import Change, Coordinates, TableId, Truncate
 from cdc_sync.debezium.connector import load_connector
 from cdc_sync.debezium.decoder import parse_record
 from cdc_sync.mapping import SchemaSource
@@ -234,6 +234,7 @@ def test_values_read_from_postgres_equal_what_debezium_sends(
             if message.value() is None:
                 continue
             parsed = parse_record(message.key(), message.value(), Coordinates(topic, 0, 0))
+            assert not isinstance(parsed, Truncate)
             if not isinstance(parsed, Change) or parsed.row is None:
                 latest.pop(parsed.key[0][1], None)
             elif set(TOASTABLE) <= set(parsed.row):

@@ -11,7 +11,7 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 from pyspark.sql import SparkSession
 
-from cdc_sync.core.model import Change, TableId
+from cdc_sync.core.model import Change, Coordinates, TableId, Truncate
 from cdc_sync.job.spark_session import PACKAGES_VAR, build_spark
 from cdc_sync.mapping import DeltaRoute, Policies, TableRoute
 from cdc_sync.sinks.delta import DeltaSink
@@ -240,3 +240,22 @@ def test_a_key_deleted_again_is_fenced_by_its_newest_delete(tmp_path: Path) -> N
     assert stale.fenced == 1 and rows(tmp_path) == {}
     sink.apply(ROUTE, [change("u", 45, 1, product(1, name="back"))])
     assert rows(tmp_path)[1]["name"] == "back"
+
+
+def test_truncate_removes_older_rows_and_keeps_later_ones(sink: DeltaSink, tmp_path: Path) -> None:
+    """Rows below the truncate's version go; a later change applied before the truncate
+    arrived (a replay, another partition) and its own transaction's reload stay."""
+    sink.apply(ROUTE, [change("c", 10, 1, product(1)), change("c", 20, 2, product(2))])
+    sink.apply(ROUTE, [change("c", 60, 3, product(3)), change("c", 50, 4, product(4))])
+    truncate = Truncate(ROUTE.table, 50, Coordinates("cdc.shop.products", 0, 9), 55)
+    assert sink.truncate(ROUTE, truncate) == 2
+    assert sorted(rows(tmp_path)) == [3, 4]
+    assert sink.truncate(ROUTE, truncate) == 0  # a replayed truncate changes nothing
+
+
+def test_truncate_of_a_table_not_created_yet_removes_nothing(
+    writer_kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    sink = make_sink(writer_kind, tmp_path, request)
+    truncate = Truncate(ROUTE.table, 50, Coordinates("cdc.shop.products", 0, 9), 55)
+    assert sink.truncate(ROUTE, truncate) == 0

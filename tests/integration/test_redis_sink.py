@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import redis
 
-from cdc_sync.core.model import Change
+from cdc_sync.core.model import Change, Coordinates, Truncate
 from cdc_sync.mapping import CacheRoute, TableRoute
 from cdc_sync.sinks.redis import RedisSink
 from tests.changes import change, products_route, tombstone_only
@@ -148,3 +148,20 @@ def test_a_tombstone_without_its_delete_event_deletes_what_is_stored(
     apply(sink, route, change(route, "c", 20, 7, product(7, name="later")))
     row = stored(client, route, 7)
     assert row is not None and row["name"] == "later"
+
+
+def test_truncate_removes_older_rows_fenced_and_leaves_tombstones(
+    sink: RedisSink, route: TableRoute, client: redis.Redis
+) -> None:
+    """Rows below the truncate's version go (a tombstone each, so a stale update stays out);
+    a later change applied before the truncate arrived, and its own transaction's reload,
+    stay."""
+    apply(sink, route, change(route, "c", 10, 1, product(1)), change(route, "c", 20, 2, product(2)))
+    apply(sink, route, change(route, "c", 60, 3, product(3)), change(route, "c", 50, 4, product(4)))
+    truncate = Truncate(route.table, 50, Coordinates("cdc.shop.products", 0, 9), 55)
+    assert sink.truncate(route, truncate) == 2
+    assert [i for i in range(1, 5) if stored(client, route, i) is not None] == [3, 4]
+    assert apply(sink, route, change(route, "u", 30, 1, product(1, name="stale"))) == (0, 1, 0)
+    assert stored(client, route, 1) is None
+    assert sink.truncate(route, truncate) == 0  # replayed: nothing older is left
+    assert apply(sink, route, change(route, "c", 70, 1, product(1, name="new"))) == (1, 0, 0)

@@ -10,7 +10,7 @@ from typing import Any
 import opensearchpy
 import pytest
 
-from cdc_sync.core.model import Change
+from cdc_sync.core.model import Change, Coordinates, Truncate
 from cdc_sync.mapping import TableRoute
 from cdc_sync.sinks.search import SearchSink
 from cdc_sync.sinks.search import readback as search_readback
@@ -249,3 +249,18 @@ def test_after_a_lost_answer_an_equal_version_with_other_content_is_sent_again(
     assert apply(sink, route, change(route, "u", 30, 8, product(8, name="second"))) == (1, 0, 0)
     assert lost.bulk_items == [1, 1]
     assert docs(sink, route)["8"]["name"] == "second"
+def test_truncate_removes_older_documents_fenced_and_leaves_tombstones(
+    sink: SearchSink, route: TableRoute
+) -> None:
+    """Documents below the truncate's version go (each leaves a delete tombstone, so a stale
+    update stays out); a later change applied before the truncate arrived, and its own
+    transaction's reload, stay."""
+    apply(sink, route, change(route, "c", 10, 1, product(1)), change(route, "c", 20, 2, product(2)))
+    apply(sink, route, change(route, "c", 60, 3, product(3)), change(route, "c", 50, 4, product(4)))
+    truncate = Truncate(route.table, 50, Coordinates("cdc.shop.products", 0, 9), 55)
+    assert sink.truncate(route, truncate) == 2
+    assert sorted(docs(sink, route)) == ["3", "4"]
+    assert apply(sink, route, change(route, "u", 30, 1, product(1, name="stale"))) == (0, 1, 0)
+    assert "1" not in docs(sink, route)
+    assert sink.truncate(route, truncate) == 0  # replayed: nothing older is left
+    assert apply(sink, route, change(route, "c", 70, 1, product(1, name="new"))) == (1, 0, 0)

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 
 import pytest
 
-from cdc_sync.core.model import Change
+from cdc_sync.core.model import Change, Truncate
 from cdc_sync.job.applier import BatchApplier, BatchMetrics, PolicyViolation
 from cdc_sync.job.dead_letter import DeadLetter
 from cdc_sync.mapping import OnMalformed, Policies, TableRoute
@@ -25,6 +25,9 @@ class RefusingSink:
 
     def ensure_target(self, route: TableRoute, schema: RowSchema | None) -> None:
         return None
+
+    def truncate(self, route: TableRoute, truncate: Truncate) -> int:
+        return 0
 
     def apply(self, route: TableRoute, changes: Sequence[Change]) -> WriteResult:
         failures = [RecordFailure(c, "mapper_parsing_exception", "refused") for c in changes]

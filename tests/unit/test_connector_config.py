@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from cdc_sync.connectors.checks import truncate_checks
 from cdc_sync.connectors.engine import engine_properties
 from cdc_sync.connectors.publisher import TopicSettings
 from cdc_sync.core.errors import ConfigError
@@ -78,3 +79,30 @@ def test_topic_creation_settings_follow_kafka_connect() -> None:
         "min.compaction.lag.ms": "3600000",
         "delete.retention.ms": "604800000",
     }
+
+
+def test_shipped_connectors_emit_truncate_events() -> None:
+    for path in (SHOP, Path("tests/adversarial/connector.json")):
+        assert load_connector(path).config["skipped.operations"] == "none", path
+
+
+@pytest.mark.parametrize(
+    ("settings", "flagged"),
+    [
+        ({}, "skipped.operations"),  # Debezium's default skips truncates
+        ({"skipped.operations": "t"}, "skipped.operations"),
+        ({"skipped.operations": "u, t"}, "skipped.operations"),
+        ({"skipped.operations": "none"}, None),
+        ({"skipped.operations": "u"}, None),
+        (
+            {"skipped.operations": "none", "topic.creation.default.cleanup.policy": "compact"},
+            "topic.creation.default.cleanup.policy",
+        ),
+    ],
+)
+def test_validate_warns_when_truncates_are_skipped_or_cannot_reach_kafka(
+    settings: dict[str, str], flagged: str | None
+) -> None:
+    checks = truncate_checks(settings)
+    assert [c.setting for c in checks] == ([flagged] if flagged else [])
+    assert all(c.severity == "warning" for c in checks)

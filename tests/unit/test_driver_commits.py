@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 
 import pytest
 
-from cdc_sync.core.model import Change, TableId
+from cdc_sync.core.model import Change, TableId, Truncate
 from cdc_sync.job.applier import BatchApplier, BatchMetrics
 from cdc_sync.mapping import TableRoute
 from cdc_sync.schema import RowSchema
@@ -32,6 +32,9 @@ class MeetingSink:
 
     def ensure_target(self, route: TableRoute, schema: RowSchema | None) -> None:
         return None
+
+    def truncate(self, route: TableRoute, truncate: Truncate) -> int:
+        return 0
 
     def apply(self, route: TableRoute, changes: Sequence[Change]) -> WriteResult:
         self.barrier.wait()

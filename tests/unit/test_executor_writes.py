@@ -13,7 +13,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from cdc_sync.core.model import Change
+from cdc_sync.core.model import Change, Truncate
 from cdc_sync.core.retry import RetryPolicy
 from cdc_sync.job.decode import KIND_CHANGE, KIND_STATS, decode_and_fold, load_change
 from cdc_sync.job.health import SinkHealth, SinkState
@@ -145,6 +145,9 @@ class MeetingSink:
         self.meeting = meeting
         self.fails = fails
         self.applied: list[int] = []
+
+    def truncate(self, route: TableRoute, truncate: Truncate) -> int:
+        return 0
 
     def apply(self, route: TableRoute, changes: Sequence[Change]) -> WriteResult:
         self.meeting.wait(timeout=5)  # written one after the other, this breaks

@@ -11,7 +11,7 @@ import pytest
 from prometheus_client import generate_latest
 
 from cdc_sync.cli import build_parser, connector_status, job_options
-from cdc_sync.core.model import Change, TableId
+from cdc_sync.core.model import Change, TableId, Truncate
 from cdc_sync.core.settings import Connections
 from cdc_sync.debezium.slots import Slot
 from cdc_sync.job.applier import BatchApplier, BatchMetrics, TableProgress
@@ -51,6 +51,9 @@ class ScriptedSink:
 
     def ensure_target(self, route: TableRoute, schema: RowSchema | None) -> None:
         return None
+
+    def truncate(self, route: TableRoute, truncate: Truncate) -> int:
+        return 0
 
     def apply(self, route: TableRoute, changes: Sequence[Change]) -> WriteResult:
         result = WriteResult()

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from cdc_sync.core.model import Change
+from cdc_sync.core.model import Change, Truncate
 from cdc_sync.job.applier import BatchApplier
 from cdc_sync.job.schema_changes import SchemaChangeRejected, SchemaTracker
 from cdc_sync.job.schema_store import FileSchemaStore
@@ -163,6 +163,9 @@ class RecordingSink:
 
     def ensure_target(self, route: TableRoute, schema: RowSchema | None) -> None:
         self.ensured.append(schema)
+
+    def truncate(self, route: TableRoute, truncate: Truncate) -> int:
+        return 0
 
     def apply(self, route: TableRoute, changes: Sequence[Change]) -> WriteResult:
         self.applied += changes

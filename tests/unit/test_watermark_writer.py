@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from cdc_sync.core.model import Change
+from cdc_sync.core.model import Change, Truncate
 from cdc_sync.job.applier import BatchMetrics
 from cdc_sync.job.watermark_rule import WatermarkRule
 from cdc_sync.job.watermark_writer import Observation, WatermarkWriter
@@ -55,6 +55,9 @@ class GatedSink:
 
     def ensure_target(self, route: TableRoute, schema: RowSchema | None) -> None:
         return None
+
+    def truncate(self, route: TableRoute, truncate: Truncate) -> int:
+        return 0
 
     def apply(self, route: TableRoute, changes: Sequence[Change]) -> WriteResult:
         return WriteResult()

@@ -13,7 +13,7 @@ import pytest
 from cdc_sync.cli import main
 from cdc_sync.core.errors import ConfigError
 from cdc_sync.core.lsn import format_lsn, parse_lsn
-from cdc_sync.core.model import Change, Op, TableId
+from cdc_sync.core.model import Change, Op, TableId, Truncate
 from cdc_sync.core.settings import Connections
 from cdc_sync.debezium.connector import load_connector
 from cdc_sync.job.applier import BatchApplier, BatchMetrics
@@ -111,6 +111,9 @@ class RecordingSink:
 
     def ensure_target(self, route: TableRoute, schema: object) -> None:
         return None
+
+    def truncate(self, route: TableRoute, truncate: Truncate) -> int:
+        return 0
 
     def apply(self, route: TableRoute, changes: Sequence[Change]) -> WriteResult:
         self.applied += changes

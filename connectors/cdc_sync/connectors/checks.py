@@ -43,6 +43,7 @@ def run_checks(
     checks += _heartbeat(config)
     checks += _heartbeat_query(conn, config)
     checks += _shared_names(connector, config)
+    checks += truncate_checks(config)
     checks += _slot_retention(conn, config)
     tables = captured_tables(conn, connector)
     if not tables:
@@ -364,3 +365,31 @@ def _decodable(
             )
         )
     return checks
+
+
+def truncate_checks(config: Mapping[str, str]) -> list[Check]:
+    """Truncate events: skipped by Debezium's default (`skipped.operations=t`), and keyless, which
+    Apache Kafka refuses on a compacted topic."""
+    skipped = {op.strip() for op in config.get("skipped.operations", "t").split(",")}
+    if "t" in skipped:
+        return [
+            Check(
+                "warning",
+                "skipped.operations",
+                "skips truncate events (Debezium's default `t`): a TRUNCATE never reaches the "
+                "sinks, which keep every truncated row until `cdc-sync repair`; set it to none",
+            )
+        ]
+    if "compact" in config.get("topic.creation.default.cleanup.policy", ""):
+        return [
+            Check(
+                "warning",
+                "topic.creation.default.cleanup.policy",
+                "compact with truncate events on: a truncate event has no key, and Apache Kafka "
+                "refuses keyless records on a compacted topic, which fails the task at the first "
+                "TRUNCATE (the local stack's brokers accept them). On Apache Kafka key truncate "
+                "events with a custom SMT, or skip them (skipped.operations=t) and run "
+                "`cdc-sync repair` after a TRUNCATE",
+            )
+        ]
+    return []

@@ -123,6 +123,49 @@ class Tombstone:
     coordinates: Coordinates
 
 
+@dataclass(frozen=True)
+class Truncate:
+    """A TRUNCATE of `table` (Debezium op `t`: no key, no row): every row of the table older
+    than it is gone. `version` follows the rule of every streamed change
+    (`debezium.decoder.commit_order_version`); `position` is its own WAL position, which orders
+    it among the changes of its own transaction (they share its version)."""
+
+    table: TableId
+    version: int
+    coordinates: Coordinates
+    position: int | None = None
+    source_ts_ms: int | None = None
+
+    @property
+    def fence(self) -> TruncateFence:
+        return TruncateFence(self.version, self.position if self.position is not None else -1)
+
+    @property
+    def commit_bound(self) -> int:
+        """As `Change.commit_bound`: a streamed change's read-your-writes candidate."""
+        return max(self.version, self.position if self.position is not None else -1)
+
+
+@dataclass(frozen=True, order=True)
+class TruncateFence:
+    """The newest TRUNCATE of a table applied so far: changes older than it are dropped, so a
+    stale change (replayed, re-sent, or read late from another partition) cannot bring a
+    truncated row back. Ordered by (version, position), the order of the truncates."""
+
+    version: int
+    position: int = -1
+
+    def covers(self, change: Change) -> bool:
+        """`change` happened before the truncate: an older transaction, or its own transaction
+        before the TRUNCATE statement (own WAL position before it). A delete known only from a
+        tombstone (unversioned) is never dropped: it removes, never brings back."""
+        if change.is_unversioned:
+            return False
+        if change.version != self.version:
+            return change.version < self.version
+        return change.position is not None and change.position < self.position
+
+
 def document_id(key: tuple[tuple[str, Any], ...]) -> str:
     """`_id` / cache id. A one-column key is its value as a string. A composite key joins its
     values in key order with `|`, each value with `\\` and `|` escaped by a `\\`, so the id is

@@ -3,6 +3,8 @@
 A Kafka record from a Debezium topic is one of:
 - a change event (`op` c/u/d/r) -> :class:`Change`
 - a tombstone (null value after a delete, for Kafka log compaction) -> :class:`Tombstone`
+- a truncate event (`op` t, with no key: tests/integration/test_debezium_truncate.py) ->
+  :class:`Truncate`
 - something else -> :class:`MalformedRecord` raised, naming the field path.
 
 Versions order changes the way Postgres committed them (`commit_order_version`).
@@ -16,10 +18,20 @@ from typing import Any
 
 import orjson
 
-from cdc_sync.core.model import Change, Coordinates, KnownSchemas, Op, TableId, Tombstone
+from cdc_sync.core.model import (
+    Change,
+    Coordinates,
+    KnownSchemas,
+    Op,
+    TableId,
+    Tombstone,
+    Truncate,
+)
 from cdc_sync.core.types import RowSchema
 from cdc_sync.schema import convert_row, row_schema_from_connect
 from cdc_sync.schema.unavailable import is_unavailable, is_uncertain
+
+TRUNCATE_OP = "t"
 
 
 class MalformedRecord(ValueError):
@@ -38,19 +50,23 @@ def parse_record(
     coordinates: Coordinates,
     known: KnownSchemas | None = None,
     floor: int = 0,
-) -> Change | Tombstone:
+) -> Change | Tombstone | Truncate:
     """Parse one Kafka record written by Debezium's JsonConverter: with schemas.enable=true,
     or, when `known` schemas are given, without (plain JSON key and envelope). `floor`: the
     highest snapshot point before this record in its partition (`commit_order_version`)."""
     if known is not None:
         return _parse_schemaless(key, value, coordinates, known, floor)
     key_doc = _load_json(key, coordinates, "key")
+    value_doc = _load_json(value, coordinates, "value")
+    # Debezium sends a truncate without a key; one keyed on the way (an SMT) is one all the same.
+    truncate = _truncate(value_doc, coordinates, floor, with_schema=True)
+    if truncate is not None:
+        return truncate
     if key_doc is None:
         raise MalformedRecord(
             coordinates, "key", "record has no key (Debezium keys by primary key)"
         )
     key_tuple = _parse_key(key_doc, coordinates)
-    value_doc = _load_json(value, coordinates, "value")
     if value_doc is None:
         return Tombstone(
             table=table_from_topic(coordinates), key=key_tuple, coordinates=coordinates
@@ -64,12 +80,16 @@ def _parse_schemaless(
     coordinates: Coordinates,
     known: KnownSchemas,
     floor: int,
-) -> Change | Tombstone:
+) -> Change | Tombstone | Truncate:
     table = table_from_topic(coordinates)
     schema = known.get(table)
     if schema is None:
         raise MalformedRecord(coordinates, "topic", f"no catalog schema for {table}")
     key_doc = _load_json(key, coordinates, "key")
+    value_doc = _load_json(value, coordinates, "value")
+    truncate = _truncate(value_doc, coordinates, floor, with_schema=False)
+    if truncate is not None:
+        return truncate
     if not isinstance(key_doc, dict) or not key_doc:
         raise MalformedRecord(coordinates, "key", "expected a JSON object of the key columns")
     try:
@@ -77,12 +97,34 @@ def _parse_schemaless(
     except ValueError as exc:
         raise MalformedRecord(coordinates, "key", str(exc)) from exc
     key_tuple = tuple((column.name, converted[column.name]) for column in schema.key.columns)
-    value_doc = _load_json(value, coordinates, "value")
     if value_doc is None:
         return Tombstone(table=table, key=key_tuple, coordinates=coordinates)
     if not isinstance(value_doc, dict):
         raise MalformedRecord(coordinates, "value", "expected a JSON object (the envelope)")
     return _parse_payload(value_doc, key_tuple, coordinates, lambda: schema.row, "value", floor)
+
+
+def _truncate(
+    value_doc: Any, coordinates: Coordinates, floor: int, with_schema: bool
+) -> Truncate | None:
+    """A keyless record whose envelope says `op` t: the table's TRUNCATE, versioned like every
+    streamed change. None when the record is something else (the caller names what is wrong)."""
+    payload = value_doc.get("payload") if with_schema and isinstance(value_doc, dict) else value_doc
+    if not isinstance(payload, dict) or payload.get("op") != TRUNCATE_OP:
+        return None
+    where = "value.payload" if with_schema else "value"
+    source = payload.get("source")
+    if not isinstance(source, dict):
+        raise MalformedRecord(coordinates, f"{where}.source", "missing")
+    version = commit_order_version(source, floor)
+    if version is None:
+        raise MalformedRecord(
+            coordinates, f"{where}.source.sequence", "missing or holds no LSN (and no lsn)"
+        )
+    ts_ms = source.get("ts_ms") if isinstance(source.get("ts_ms"), int) else None
+    return Truncate(
+        _table_from_source(source, coordinates), version, coordinates, _own_position(source), ts_ms
+    )
 
 
 def table_from_topic(coordinates: Coordinates) -> TableId:

@@ -16,11 +16,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from cdc_sync.core.model import Change, Coordinates, TableId
+from cdc_sync.core.model import Change, Coordinates, TableId, Truncate, TruncateFence
 from cdc_sync.job.dead_letter import DeadLetter, DeadLetterWriter
 from cdc_sync.job.schema_changes import SchemaState, SchemaTracker
 from cdc_sync.job.schema_store import SchemaStore
 from cdc_sync.job.table_writes import TableProgress, TableWrite, write_table
+from cdc_sync.job.truncates import TruncateFences
 from cdc_sync.job.unavailable import SourceFiller
 from cdc_sync.mapping import MappingFile, OnMalformed, OnTombstone, TableRoute
 from cdc_sync.schema import RowSchema
@@ -58,6 +59,8 @@ class BatchMetrics:
     compacted: int = 0
     tombstones: int = 0
     malformed: int = 0
+    truncates: int = 0  # TRUNCATE records (job.truncates)
+    truncated: int = 0  # changes dropped as older than their table's TRUNCATE
     dead_lettered: int = 0
     unavailable_gone: int = 0  # placeholders of rows deleted since: left out (job.unavailable)
     ran_on: str = "executors"  # or "driver": where decode and writes ran (job.batch_phases)
@@ -87,7 +90,7 @@ class BatchMetrics:
 
     def reconciles(self) -> bool:
         """Every record is accounted for, and every compacted change by every sink."""
-        inputs_ok = self.records == self.changes + self.tombstones + self.malformed
+        inputs_ok = self.records == self.changes + self.tombstones + self.malformed + self.truncates
         return inputs_ok and all(
             r.applied + r.fenced + len(r.failures) <= self.compacted for r in self.sinks.values()
         )
@@ -100,6 +103,7 @@ class BatchMetrics:
         return (
             f"batch {self.batch_id}: records={self.records} changes={self.changes} "
             f"compacted={self.compacted} tombstones={self.tombstones} malformed={self.malformed} "
+            f"truncates={self.truncates} truncated={self.truncated} "
             f"dead_lettered={self.dead_lettered} unavailable_gone={self.unavailable_gone} "
             f"ran_on={self.ran_on} {per_sink} in {self.seconds:.2f}s "
             f"({' '.join(f'{name}:{took:.2f}s' for name, took in self.stages.items())})"
@@ -118,6 +122,8 @@ class BatchPlan:
     letters: list[DeadLetter]
     schemas: dict[TableId, SchemaState]  # per routed table of the batch
     started: float
+    # Per routed table of the batch, its newest TRUNCATE so far: the writes drop older changes.
+    fences: dict[TableId, TruncateFence] = field(default_factory=dict)
 
 
 class BatchApplier:
@@ -134,13 +140,17 @@ class BatchApplier:
         filler: SourceFiller | None = None,
         schema_store: SchemaStore | None = None,
         observers: Sequence[BatchObserver] = (),
+        truncates: TruncateFences | None = None,
     ) -> None:
+        """`truncates`: the tables' TRUNCATE fences (kept beside the checkpoint by the job;
+        without, in memory)."""
         self.mapping = mapping
         self.sinks = list(sinks)
         self.dead_letters = dead_letters
         self.filler = filler
         # Without a store the accepted schemas last as long as this applier (unit tests).
         self.schemas = SchemaTracker(mapping, schema_store)
+        self.truncates = truncates or TruncateFences()
         self.history: list[BatchMetrics] = []
         # Called with each batch's metrics once every sink acknowledged it (before Spark commits
         # its offsets): metrics, watermarks (handed to their own thread), status. An observer
@@ -159,11 +169,14 @@ class BatchApplier:
         tombstone_deletes: int = 0,
         stage_seconds: dict[str, float] | None = None,
         offsets: dict[tuple[str, int], int] | None = None,
+        truncates: Sequence[Truncate] = (),
     ) -> BatchMetrics:
         """The whole batch in process. `tombstone_deletes`: tombstones applied as deletes
         (counted as tombstones; their deletes are among `compacted`); `stage_seconds`: the Spark
-        stages' times; `offsets`: the highest offset read per (topic, partition)."""
+        stages' times; `offsets`: the highest offset read per (topic, partition); `truncates`:
+        the batch's TRUNCATE records (counted among `records`)."""
         by_table: dict[TableId, list[Change]] = defaultdict(list)
+        bounds = [c.commit_bound for c in compacted] + [t.commit_bound for t in truncates]
         for change, fingerprint in zip(compacted, schema_fps, strict=True):
             schema = schemas.get(fingerprint) if fingerprint else None
             by_table[change.table].append(_with_schema(change, schema))
@@ -177,15 +190,21 @@ class BatchApplier:
             tombstone_deletes=tombstone_deletes,
             stage_seconds=stage_seconds,
             offsets=offsets,
-            commit_bound=max(
-                (b for b in (c.commit_bound for c in compacted) if b is not None), default=None
-            ),
+            commit_bound=max((b for b in bounds if b is not None), default=None),
             source_ts_ms=max(
                 (t for t in (c.source_ts_ms for c in compacted) if t is not None), default=None
             ),
+            truncates=truncates,
         )
         writes = [
-            write_table(self.mapping.tables[table], state, by_table[table], self.sinks, self.filler)
+            write_table(
+                self.mapping.tables[table],
+                state,
+                by_table[table],
+                self.sinks,
+                self.filler,
+                fence=plan.fences.get(table),
+            )
             for table, state in sorted(plan.schemas.items())
         ]
         sink_seconds: dict[str, float] = defaultdict(float)
@@ -209,10 +228,13 @@ class BatchApplier:
         commit_bound: int | None = None,
         source_ts_ms: int | None = None,
         ran_on: str = "executors",
+        truncates: Sequence[Truncate] = (),
     ) -> BatchPlan:
         """Before the writes: rejected records meet their policies, and each routed table's
         newest schema (`table_schemas`) meets `on_schema_change`; targets evolve here, on the
-        driver, so no write runs against a target that lacks a column."""
+        driver, so no write runs against a target that lacks a column. Then each truncated
+        table's sinks remove its rows older than the TRUNCATE (`job.truncates`), before any of
+        the batch's rows is written."""
         started = time.monotonic()
         metrics = BatchMetrics(
             batch_id, records=records, changes=changes, compacted=compacted, ran_on=ran_on
@@ -234,7 +256,13 @@ class BatchApplier:
                     sink.ensure_target(route, route.project_schema(state.schema))
                 self.schemas.targets_ready(table)
             accepted[table] = state
-        return BatchPlan(metrics, letters, accepted, started)
+        metrics.truncates = len(truncates)
+        if truncates:
+            truncate_started = time.monotonic()
+            self.truncates.apply(self.mapping, self.sinks, truncates)
+            metrics.timed("truncate", truncate_started)
+        fences = {t: self.truncates.fences[t] for t in accepted if t in self.truncates.fences}
+        return BatchPlan(metrics, letters, accepted, started, fences)
 
     def finish(
         self,
@@ -263,6 +291,7 @@ class BatchApplier:
             results: dict[str, WriteResult] = {}
             for written in shares:
                 metrics.unavailable_gone += written.gone
+                metrics.truncated += written.truncated
                 progress = metrics.tables.get(table, TableProgress())
                 metrics.tables[table] = progress.combine(written.progress)
                 for name, result in written.results.items():

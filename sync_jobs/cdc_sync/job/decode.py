@@ -8,7 +8,8 @@ with unchanged TOAST columns filled from older changes of that key (compaction.f
 decode_and_fold: both, within one input partition, with no shuffle: Debezium keys a table's
 records by primary key, so every change of a key sits in one Kafka partition, which the Kafka
 source reads as one Spark partition (see `job.stream`). Besides the folded changes it yields the
-partition's side rows for the driver: rejected records, per-table schemas and record counts.
+partition's side rows for the driver: rejected records, truncates, per-table schemas and record
+counts.
 """
 
 from __future__ import annotations
@@ -22,7 +23,14 @@ from collections.abc import Iterator, Mapping
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cdc_sync.core.model import Change, Coordinates, KnownSchemas, Tombstone, tombstone_delete
+from cdc_sync.core.model import (
+    Change,
+    Coordinates,
+    KnownSchemas,
+    Tombstone,
+    Truncate,
+    tombstone_delete,
+)
 from cdc_sync.debezium.decoder import MalformedRecord, parse_record, table_from_topic
 from cdc_sync.job.fold import fold_key
 
@@ -31,6 +39,7 @@ KIND_TOMBSTONE = "tombstone"  # a tombstone the table's policy does not apply (s
 KIND_TOMBSTONE_DELETE = "tombstone_delete"  # a tombstone applied as a delete: folded like changes
 CHANGE_KINDS = (KIND_CHANGE, KIND_TOMBSTONE_DELETE)
 KIND_MALFORMED = "malformed"
+KIND_TRUNCATE = "truncate"  # a table's TRUNCATE: applied by the driver before the writes
 KIND_STATS = "stats"  # records of one kind read from one topic-partition, and the last offset
 KIND_TABLE = "table"  # per table: its folded changes, the newest one's schema (schema policy)
 
@@ -46,6 +55,7 @@ DECODED_SCHEMA = pa.schema(
         pa.field("bound", pa.int64()),  # Change.commit_bound: the read-your-writes candidate
         pa.field("floor", pa.int64()),  # Change.snapshot_point: the partition's floor
         pa.field("ts", pa.int64()),  # Change.source_ts_ms: the console's lag, heartbeats too
+        pa.field("position", pa.int64()),  # a truncate's own WAL position (Truncate.fence)
         pa.field("change", pa.binary()),
         pa.field("schema_fp", pa.string()),
         pa.field("schema_blob", pa.binary()),
@@ -96,6 +106,14 @@ def _decode_row(
             "error_message": exc.reason,
             "key": key,
             "value": value,
+        }
+    if isinstance(parsed, Truncate):
+        return row | {
+            "kind": KIND_TRUNCATE,
+            "table": str(parsed.table),
+            "version": parsed.version,
+            "bound": parsed.commit_bound,
+            "position": parsed.position,
         }
     if isinstance(parsed, Tombstone):
         if tombstone_deletes is not None and str(parsed.table) in tombstone_deletes:

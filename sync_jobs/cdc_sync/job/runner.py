@@ -42,6 +42,7 @@ from cdc_sync.job.schema_store import FileSchemaStore
 from cdc_sync.job.status_file import StatusRecorder
 from cdc_sync.job.stream import MicroBatchProcessor
 from cdc_sync.job.task_sinks import TaskSinkSpec
+from cdc_sync.job.truncates import FileTruncateFences, TruncateFences
 from cdc_sync.job.version_floors import FileVersionFloors
 from cdc_sync.job.watermarks import WatermarkObserver
 from cdc_sync.mapping import MappingFile, SchemaSource
@@ -279,6 +280,7 @@ class SyncJob:
             None,  # the TOAST fill runs in the write tasks (spec.source_conninfo)
             FileSchemaStore.beside_checkpoint(options.checkpoint_dir),
             [self.watermarks, *observers, self.status, *console],
+            TruncateFences(FileTruncateFences.beside_checkpoint(options.checkpoint_dir)),
         )
         self.processor = MicroBatchProcessor(
             self.applier,

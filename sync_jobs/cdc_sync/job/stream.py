@@ -28,7 +28,7 @@ from typing import Any
 
 from pyspark.sql import DataFrame
 
-from cdc_sync.core.model import Coordinates, KnownSchemas, TableId
+from cdc_sync.core.model import Coordinates, KnownSchemas, TableId, Truncate, TruncateFence
 from cdc_sync.job.applier import BatchApplier, BatchMetrics, Rejected
 from cdc_sync.job.batch_phases import SmallBatches, SparkPhases
 from cdc_sync.job.decode import (
@@ -36,6 +36,7 @@ from cdc_sync.job.decode import (
     KIND_STATS,
     KIND_TABLE,
     KIND_TOMBSTONE_DELETE,
+    KIND_TRUNCATE,
     decode_and_fold,
 )
 from cdc_sync.job.schema_changes import SchemaState
@@ -108,11 +109,12 @@ class MicroBatchProcessor:
                 commit_bound=summary.commit_bound,
                 source_ts_ms=summary.source_ts_ms,
                 ran_on=phases.ran_on,
+                truncates=summary.truncates,
             )
             tasks: list[list[TableWrite]] = []
             if plan.schemas:
                 started = time.monotonic()
-                tasks = phases.write(self._write_plan(plan.schemas, on_driver))
+                tasks = phases.write(self._write_plan(plan.schemas, plan.fences, on_driver))
                 stages["write"] = time.monotonic() - started
         finally:
             phases.close()
@@ -131,14 +133,20 @@ class MicroBatchProcessor:
         if self.floors_store is not None:
             self.floors_store.save(self.floors)
 
-    def _write_plan(self, schemas: dict[TableId, SchemaState], on_driver: bool) -> WritePlan:
+    def _write_plan(
+        self,
+        schemas: dict[TableId, SchemaState],
+        fences: dict[TableId, TruncateFence],
+        on_driver: bool,
+    ) -> WritePlan:
         routes = {
             str(table): (self.applier.mapping.tables[table], state)
             for table, state in schemas.items()
         }
+        by_name = {str(table): fence for table, fence in fences.items()}
         if on_driver:  # fill and route only: finish() writes every sink
-            return WritePlan(routes, self.spec.without_row_sinks(), defer=True)
-        return WritePlan(routes, self.spec, defer=bool(self.driver_sinks))
+            return WritePlan(routes, self.spec.without_row_sinks(), defer=True, fences=by_name)
+        return WritePlan(routes, self.spec, defer=bool(self.driver_sinks), fences=by_name)
 
 
 def _task_seconds(tasks: list[list[TableWrite]]) -> dict[str, float]:
@@ -166,6 +174,7 @@ class SideRows:
         self.commit_bound: int | None = None  # highest Change.commit_bound (job.watermarks)
         self.source_ts_ms: int | None = None  # newest source commit time (job.console)
         self.rejected: list[Rejected] = []
+        self.truncates: list[Truncate] = []  # applied on the driver before the writes
         self.compacted = 0
         self.schemas: dict[TableId, RowSchema | None] = {}
         newest: dict[TableId, int] = {}
@@ -192,6 +201,8 @@ class SideRows:
                     schema = pickle.loads(row["schema_blob"])
                     assert isinstance(schema, RowSchema)
                     self.schemas[table] = schema
+            elif row["kind"] == KIND_TRUNCATE:
+                self.truncates.append(_truncate(row))
             else:
                 self.rejected.append(_rejected(row))
         split = sorted(where for where, tasks in readers.items() if len(tasks) > 1)
@@ -202,6 +213,15 @@ class SideRows:
                 "Spark tasks in one batch: keys would be folded and written out of order. Do "
                 "not set the Kafka source's minPartitions / maxRecordsPerPartition for this job"
             )
+
+
+def _truncate(row: dict[str, Any]) -> Truncate:
+    return Truncate(
+        TableId.parse(row["table"]),
+        row["version"],
+        Coordinates(row["topic"], row["partition"], row["offset"]),
+        row.get("position"),
+    )
 
 
 def _rejected(row: dict[str, Any]) -> Rejected:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from cdc_sync.core.model import Change, Op, TableId
+from cdc_sync.core.model import Change, Op, TableId, TruncateFence
 from cdc_sync.job.schema_changes import SchemaState
 from cdc_sync.job.unavailable import SourceFiller
 from cdc_sync.mapping import TableRoute
@@ -59,6 +59,7 @@ class TableWrite:
     seconds: dict[str, float] = field(default_factory=dict)  # per sink name, and "fill"
     progress: TableProgress = field(default_factory=TableProgress)
     gone: int = 0  # placeholders of rows deleted since: left out (job.unavailable)
+    truncated: int = 0  # changes older than the table's TRUNCATE: dropped (job.truncates)
     deferred: list[Change] = field(default_factory=list)  # routed, for the driver's sinks
 
 
@@ -69,10 +70,16 @@ def write_table(
     sinks: Sequence[Sink],
     filler: SourceFiller | None,
     defer: bool = False,
+    fence: TruncateFence | None = None,
 ) -> TableWrite:
     """`changes`: compacted (one per key), each with its schema; `defer`: hand the routed
-    changes back for sinks that commit on the driver."""
+    changes back for sinks that commit on the driver; `fence`: the table's newest TRUNCATE
+    (`job.truncates`), whose older changes are dropped: the truncate removed them."""
     written = TableWrite(route.table)
+    if fence is not None:
+        kept = [change for change in changes if not fence.covers(change)]
+        written.truncated = len(changes) - len(kept)
+        changes = kept
     if filler is not None:
         started = time.monotonic()
         changes, written.gone = filler.fill(route.table, changes)

@@ -14,11 +14,11 @@ import dataclasses
 import pickle
 from collections import defaultdict
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from cdc_sync.core.model import Change
+from cdc_sync.core.model import Change, TruncateFence
 from cdc_sync.job.decode import load_change
 from cdc_sync.job.schema_changes import SchemaState
 from cdc_sync.job.table_writes import TableWrite, write_table
@@ -37,6 +37,8 @@ class WritePlan:
     tables: Mapping[str, tuple[TableRoute, SchemaState]]  # routed tables, by `schema.table`
     spec: TaskSinkSpec
     defer: bool  # sinks commit on the driver: hand the routed changes back
+    # Per table (`schema.table`), its newest TRUNCATE: older changes are dropped (job.truncates).
+    fences: Mapping[str, TruncateFence] = field(default_factory=dict)
 
 
 def write_partition(batches: Iterator[pa.RecordBatch], plan: WritePlan) -> Iterator[pa.RecordBatch]:
@@ -48,8 +50,9 @@ def write_partition(batches: Iterator[pa.RecordBatch], plan: WritePlan) -> Itera
     for table, changes in by_table.items():
         if table in plan.tables:
             route, state = plan.tables[table]
+            fence = plan.fences.get(table)
             writes.append(
-                write_table(route, state, changes, opened.sinks, opened.filler, plan.defer)
+                write_table(route, state, changes, opened.sinks, opened.filler, plan.defer, fence)
             )
     yield pa.RecordBatch.from_pylist(
         [{"writes": pickle.dumps(writes, protocol=5)}], schema=WRITES_SCHEMA

@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from cdc_sync.core.model import Change
+from cdc_sync.core.model import Change, Truncate
 from cdc_sync.core.retry import TransientSinkError
 from cdc_sync.mapping import TableRoute
 from cdc_sync.schema import RowSchema
@@ -45,6 +45,10 @@ class Sink(Protocol):
 
     def apply(self, route: TableRoute, changes: Sequence[Change]) -> WriteResult:
         """Write compacted, routed changes; per-record terminal failures come back in the result."""
+
+    def truncate(self, route: TableRoute, truncate: Truncate) -> int:
+        """Remove the table's rows older than `truncate` (`sinks.truncates`): fenced, a row
+        written by a later change stays. Returns the rows removed."""
 
     def record_watermark(self, routes: Mapping[str, TableRoute], position: int) -> None:
         """Store `position` (a WAL position) as the applied watermark of each topic in `routes`

@@ -8,7 +8,7 @@ from typing import Protocol
 
 from deltalake.exceptions import CommitFailedError
 
-from cdc_sync.core.model import Change
+from cdc_sync.core.model import Change, Truncate
 from cdc_sync.core.retry import DEFAULT_POLICY, RetryPolicy, retried
 from cdc_sync.mapping import DeltaRoute, TableRoute
 from cdc_sync.schema import RowSchema
@@ -22,6 +22,9 @@ from cdc_sync.sinks.delta.watermarks import DeltaWatermarks
 
 class DeltaWriter(Protocol):
     def write_batch(self, route: DeltaRoute, actions: DeltaActions) -> WriteResult: ...
+
+    def truncate(self, route: DeltaRoute, version: int) -> int:
+        """DELETE the rows older than `version` (`actions.truncate_predicate`); rows removed."""
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -64,6 +67,17 @@ class DeltaSink:
             lambda: self.writer.write_batch(delta, actions),
             is_transient,
             f"delta merge {delta.relative_path()}",
+            self.retry,
+        )
+
+    def truncate(self, route: TableRoute, truncate: Truncate) -> int:
+        delta = route.delta
+        if delta is None:
+            return 0
+        return retried(
+            lambda: self.writer.truncate(delta, truncate.version),
+            is_transient,
+            f"delta truncate {delta.relative_path()}",
             self.retry,
         )
 

@@ -34,6 +34,12 @@ METADATA_FIELDS = (
 )
 
 
+def truncate_predicate(version: int) -> str:
+    """A TRUNCATE at `version`: the rows it removes, those written by an older change. Rows of
+    its own transaction (a reload after it) and of later ones stay."""
+    return f"{VERSION} < {int(version)}"
+
+
 def keep_flag(column: str) -> str:
     return f"{KEEP_PREFIX}{column}"
 

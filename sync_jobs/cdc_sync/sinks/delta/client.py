@@ -13,7 +13,7 @@ import pyarrow.compute as pc
 
 from cdc_sync.mapping import DeltaRoute
 from cdc_sync.sinks.base import WriteResult
-from cdc_sync.sinks.delta.actions import DELETED, DeltaActions
+from cdc_sync.sinks.delta.actions import DELETED, DeltaActions, truncate_predicate
 from cdc_sync.sinks.delta.handles import TableHandles
 from cdc_sync.sinks.delta.merge_plan import datafusion_quote, merge_plan
 from cdc_sync.sinks.delta.target import table_path
@@ -36,6 +36,13 @@ class DeltaLakeWriter:
                 return self._merge(route, actions, source, fenced)
             finally:
                 recording.result()  # its error, if any, fails the write too
+
+    def truncate(self, route: DeltaRoute, version: int) -> int:
+        table = self.handles.get(table_path(self.warehouse, route))
+        if table is None:
+            return 0  # no table yet: nothing to remove
+        metrics = table.delete(truncate_predicate(version))
+        return int(metrics.get("num_deleted_rows", 0))
 
     def _merge(
         self, route: DeltaRoute, actions: DeltaActions, source: pa.Table, fenced: int

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 from cdc_sync.mapping import DeltaRoute
 from cdc_sync.sinks.base import WriteResult
-from cdc_sync.sinks.delta.actions import DeltaActions
+from cdc_sync.sinks.delta.actions import DeltaActions, truncate_predicate
 from cdc_sync.sinks.delta.merge_plan import merge_plan, spark_quote
 from cdc_sync.sinks.delta.target import open_table, table_path
 from cdc_sync.sinks.delta.tombstones import TombstoneStore
@@ -73,6 +73,17 @@ class DeltaSparkWriter:
         missing_deletes = max(0, deletes - int(row["num_deleted_rows"]))
         applied = min(live_count, int(row["num_affected_rows"]) + missing_deletes)
         return WriteResult(applied=applied, fenced=fenced_count + live_count - applied)
+
+    def truncate(self, route: DeltaRoute, version: int) -> int:
+        """delta-spark's DELETE reports no row count: the rows removed are counted first."""
+        target = table_path(self.warehouse, route)
+        if open_table(target) is None:
+            return 0
+        table = self._delta_table.forPath(self.spark, str(target))
+        predicate = truncate_predicate(version)
+        removed = int(table.toDF().where(predicate).count())
+        table.delete(predicate)
+        return removed
 
 
 def _expressions(columns: dict[str, str]) -> dict[str, str | Column]:

@@ -14,13 +14,14 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from cdc_sync.core.model import Change
-from cdc_sync.core.retry import DEFAULT_POLICY, RetryPolicy
+from cdc_sync.core.model import Change, Truncate
+from cdc_sync.core.retry import DEFAULT_POLICY, RetryPolicy, retried
 from cdc_sync.mapping import TableRoute
 from cdc_sync.schema import RowSchema
 from cdc_sync.sinks.base import WriteResult
-from cdc_sync.sinks.redis.actions import to_actions
-from cdc_sync.sinks.redis.client import RedisWriter
+from cdc_sync.sinks.redis.actions import to_actions, truncate_actions
+from cdc_sync.sinks.redis.client import RedisWriter, is_transient
+from cdc_sync.sinks.redis.readback import all_versions
 from cdc_sync.sinks.redis.watermarks import CacheWatermarks
 
 __all__ = ["RedisSink"]
@@ -59,6 +60,19 @@ class RedisSink:
         if not actions:
             return WriteResult()
         return self.writer.write_batch(actions)
+
+    def truncate(self, route: TableRoute, truncate: Truncate) -> int:
+        cache = route.cache
+        if cache is None:
+            return 0
+        stored = retried(
+            lambda: all_versions(self.client, cache, route.table),
+            is_transient,
+            f"redis scan {cache.key(route.table, '*')}",
+            self.retry,
+        )
+        actions = truncate_actions(route, truncate, stored)
+        return self.writer.write_batch(actions).applied if actions else 0
 
     def record_watermark(self, routes: Mapping[str, TableRoute], position: int) -> None:
         self.watermarks.record(routes, position)

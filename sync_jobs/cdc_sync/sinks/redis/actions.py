@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from cdc_sync.core.model import Change
+from cdc_sync.core.model import Change, Truncate
 from cdc_sync.mapping import TableRoute
 from cdc_sync.sinks.documents import json_document
+from cdc_sync.sinks.truncates import truncate_deletes
 
 # LSNs are unsigned 64-bit: at most 20 decimal digits. apply.lua compares versions as strings of
 # this fixed width (Lua numbers are doubles and cannot hold every LSN exactly).
@@ -72,3 +73,12 @@ def to_actions(route: TableRoute, changes: Sequence[Change]) -> list[CacheAction
             CacheAction(change, key, stone, "upsert", version, row_json, unavailable, ttl)
         )
     return actions
+
+
+def truncate_actions(
+    route: TableRoute, truncate: Truncate, stored: Mapping[str, int]
+) -> list[CacheAction]:
+    """A TRUNCATE: a fenced delete (`apply.lua`), just below the truncate's version, of each
+    cached row (`stored`: id -> version) older than it (`sinks.truncates`). Each leaves the
+    tombstone a delete leaves."""
+    return to_actions(route, truncate_deletes(route.table, truncate, stored))

@@ -49,6 +49,33 @@ def versions(
     return {doc_id: int(v) for doc_id, v in zip(ids, stored, strict=True) if v is not None}
 
 
+def all_versions(
+    client: redis.Redis, cache: CacheRoute, table: TableId, page: int = 1000
+) -> dict[str, int]:
+    """doc id -> stored version of every row the cache holds for `table` (tombstone keys are
+    not rows): one SCAN, a pipelined HGET per page of keys."""
+    prefix = cache.key(table, "")
+    found: dict[str, int] = {}
+    keys: list[bytes] = []
+
+    def read(page_keys: list[bytes]) -> None:
+        pipe = client.pipeline(transaction=False)
+        for key in page_keys:
+            pipe.hget(key, VERSION_FIELD)
+        for key, version in zip(page_keys, pipe.execute(), strict=True):
+            if version is not None:
+                found[key.decode()[len(prefix) :]] = int(version)
+
+    for key in client.scan_iter(match=f"{_glob_escape(prefix)}*", count=page):
+        keys.append(key)
+        if len(keys) >= page:
+            read(keys)
+            keys = []
+    if keys:
+        read(keys)
+    return found
+
+
 def watermarks(client: redis.Redis, prefix: str | None = None) -> dict[str, int]:
     """Applied watermarks, topic -> WAL position, from `<prefix>:_cdc:watermarks` (every
     prefix's hash when `prefix` is None; a topic in several takes the lowest)."""

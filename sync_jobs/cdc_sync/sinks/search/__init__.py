@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from cdc_sync.core.model import Change
+from cdc_sync.core.model import Change, Truncate
 from cdc_sync.core.retry import DEFAULT_POLICY, RetryPolicy, retried
 from cdc_sync.mapping import TableRoute
 from cdc_sync.schema import RowSchema
 from cdc_sync.sinks.base import WriteResult
-from cdc_sync.sinks.search.actions import to_actions
+from cdc_sync.sinks.search.actions import to_actions, truncate_actions
 from cdc_sync.sinks.search.backends import (
     CLIENT_KINDS,
     SearchBackend,
@@ -22,6 +22,7 @@ from cdc_sync.sinks.search.backends import (
     open_backend,
 )
 from cdc_sync.sinks.search.client import SearchWriter
+from cdc_sync.sinks.search.readback import stored_versions
 from cdc_sync.sinks.search.target import ensure_index
 from cdc_sync.sinks.search.watermarks import SearchWatermarks
 
@@ -69,6 +70,19 @@ class SearchSink:
         if actions is None:
             return WriteResult()
         return self.writer.write_batch(actions)
+
+    def truncate(self, route: TableRoute, truncate: Truncate) -> int:
+        search = route.search
+        if search is None:
+            return 0
+        stored = retried(
+            lambda: stored_versions(self.backend, search.index),
+            is_transient,
+            f"search scan {search.index}",
+            self.retry,
+        )
+        actions = truncate_actions(route, truncate, stored)
+        return self.writer.write_batch(actions).applied if actions is not None else 0
 
     def record_watermark(self, routes: Mapping[str, TableRoute], position: int) -> None:
         self.watermarks.record(routes, position)

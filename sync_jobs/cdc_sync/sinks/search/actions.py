@@ -12,9 +12,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from cdc_sync.core.model import Change
+from cdc_sync.core.model import Change, Truncate
 from cdc_sync.mapping import TableRoute
 from cdc_sync.sinks.documents import json_document
+from cdc_sync.sinks.truncates import truncate_deletes
 
 VERSION_TYPE = "external_gte"
 INDEX_GENERATION = "v1"
@@ -62,6 +63,14 @@ def to_actions(route: TableRoute, changes: Sequence[Change]) -> SearchActions | 
     if route.search is None or not changes:
         return None
     return SearchActions(route.search.index, tuple(_action(change) for change in changes))
+
+
+def truncate_actions(
+    route: TableRoute, truncate: Truncate, stored: Mapping[str, int]
+) -> SearchActions | None:
+    """A TRUNCATE: a versioned delete, just below the truncate's version, of each stored
+    document (`stored`: id -> `_version`) older than it (`sinks.truncates`)."""
+    return to_actions(route, truncate_deletes(route.table, truncate, stored))
 
 
 def _action(change: Change) -> BulkAction:

@@ -46,9 +46,10 @@ class SearchBackend(Protocol):
     def mget(self, alias: str, ids: Sequence[str]) -> list[dict[str, Any]]: ...
     def bulk(self, operations: Sequence[Mapping[str, Any]]) -> dict[str, Any]: ...
     def refresh(self, alias: str) -> None: ...
-    def scan(self, alias: str, size: int) -> Iterator[list[dict[str, Any]]]:
-        """Every document behind `alias`, `size` hits at a time, with `_version`: a scroll, since
-        from/size paging stops at `index.max_result_window` (10,000 by default)."""
+    def scan(self, alias: str, size: int, source: bool = True) -> Iterator[list[dict[str, Any]]]:
+        """Every document behind `alias`, `size` hits at a time, with `_version` (and `_source`
+        unless `source` is False): a scroll, since from/size paging stops at
+        `index.max_result_window` (10,000 by default)."""
 
     def close(self) -> None: ...
 
@@ -188,8 +189,8 @@ class OpenSearchBackend:
     def refresh(self, alias: str) -> None:
         self.client.indices.refresh(index=alias)
 
-    def scan(self, alias: str, size: int) -> Iterator[list[dict[str, Any]]]:
-        body = {"query": {"match_all": {}}, "size": size, "sort": ["_doc"]}
+    def scan(self, alias: str, size: int, source: bool = True) -> Iterator[list[dict[str, Any]]]:
+        body = {"query": {"match_all": {}}, "size": size, "sort": ["_doc"], "_source": source}
         return scroll_pages(
             lambda: self.client.search(
                 index=alias, body=body, version=True, scroll=SCROLL_KEEP_ALIVE
@@ -276,7 +277,7 @@ class ElasticsearchBackend:
     def refresh(self, alias: str) -> None:
         self.client.indices.refresh(index=alias)
 
-    def scan(self, alias: str, size: int) -> Iterator[list[dict[str, Any]]]:
+    def scan(self, alias: str, size: int, source: bool = True) -> Iterator[list[dict[str, Any]]]:
         return scroll_pages(
             lambda: (
                 self.client.search(
@@ -284,6 +285,7 @@ class ElasticsearchBackend:
                     query={"match_all": {}},
                     size=size,
                     sort=["_doc"],
+                    source=source,
                     version=True,
                     scroll=SCROLL_KEEP_ALIVE,
                 ).body

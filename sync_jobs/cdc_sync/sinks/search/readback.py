@@ -27,6 +27,18 @@ def documents(backend: SearchBackend, alias: str) -> dict[str, tuple[int | None,
     }
 
 
+def stored_versions(backend: SearchBackend, alias: str) -> dict[str, int]:
+    """doc id -> version of every document behind `alias` (no `_source`); empty if none exists."""
+    if not backend.alias_exists(alias):
+        return {}
+    backend.refresh(alias)
+    return {
+        hit["_id"]: int(hit["_version"])
+        for hits in backend.scan(alias, PAGE, source=False)
+        for hit in hits
+    }
+
+
 def field_types(backend: SearchBackend, alias: str) -> dict[str, str]:
     """Top-level field name -> mapping type (`object` when it has properties only)."""
     if not backend.alias_exists(alias):
