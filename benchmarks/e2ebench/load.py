@@ -67,7 +67,7 @@ class MixedWorkload:
     seed: int = 1
     done: Counter[str] = field(default_factory=Counter)
     # Keep every table its size (STEADY_WEIGHTS): for long runs, where a growing index would
-    # pass the search stand-in's 10,000-document cliff (README Performance) within minutes.
+    # pass the search stand-in's 10,000-document cliff (docs/performance.md) within minutes.
     steady: bool = False
 
     def __post_init__(self) -> None:

@@ -114,7 +114,7 @@ def search_update_rate(
 ) -> tuple[float, list[float], float]:
     """Re-index existing documents of the largest scratch index, 10 per bulk, back to back for
     ~30 s once in steady state: what a stream of updates costs the server (inserts alone can
-    hide it; see README Performance), each bulk's seconds (the server's own stalls show there),
+    hide it; see docs/performance.md), each bulk's seconds (the server's own stalls show there),
     and the seconds of warm-up before steady state."""
     backend = open_backend(client_kind, url, timeout_seconds=300)
     table, table_rows = max(rows.items(), key=lambda item: len(item[1]))

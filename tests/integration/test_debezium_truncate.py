@@ -12,7 +12,7 @@ Observed with the embedded engine (Debezium 3.6.3, pgoutput, Postgres 15):
   `sequence` and `lsn`.
 
 A keyless record cannot go to a compacted topic on Apache Kafka (the broker refuses it); the
-local stand-in brokers accept it (README, known limits).
+local stand-in brokers accept it (docs/known-limits.md).
 """
 
 from __future__ import annotations

@@ -64,7 +64,7 @@ TIMESTAMPS = st.datetimes(
 )
 TIMESTAMPTZ = TIMESTAMPS.map(lambda moment: moment.replace(tzinfo=UTC))
 # Debezium reads array elements through java.sql types, Julian before 1582-10-15: such dates
-# and timestamps in arrays arrive shifted (README limits), so arrays start in 1583 here.
+# and timestamps in arrays arrive shifted (docs/known-limits.md), so arrays start in 1583 here.
 GREGORIAN = datetime(1583, 1, 1)
 ARRAY_DATES = st.dates(min_value=GREGORIAN.date(), max_value=date(9999, 12, 31))
 ARRAY_TIMESTAMPS = TIMESTAMPS.filter(lambda moment: moment >= GREGORIAN)
@@ -81,7 +81,7 @@ INTERVALS = st.tuples(
     st.integers(-(2**31), 2**31 - 1) | st.integers(-24, 24),
     st.integers(-(2**31), 2**31 - 1) | st.integers(-40, 40),
     INTERVAL_MICROS,
-).filter(lambda p: -(2**63) <= interval_micros(*p) < 2**63)  # the sinks' int64 (README limits)
+).filter(lambda p: -(2**63) <= interval_micros(*p) < 2**63)  # the sinks' int64 (docs/known-limits.md)
 JSON_LEAVES = st.none() | st.booleans() | st.integers(-(10**15), 10**15) | TEXT
 JSON_VALUES = st.recursive(
     JSON_LEAVES,
@@ -155,7 +155,7 @@ ARRAYS = [
     Col("a_char", "char(3)[]", arrays(st.text(string.ascii_letters, max_size=3))),
     Col("a_bytea", "bytea[]", arrays(st.binary(max_size=10))),
     Col("a_date", "date[]", arrays(ARRAY_DATES)),
-    # Debezium reads time[] elements through java.sql.Time: milliseconds only (README limits).
+    # Debezium reads time[] elements through java.sql.Time: milliseconds only (docs/known-limits.md).
     Col("a_time", "time[]", arrays(TIMES_MS)),
     Col("a_timestamp", "timestamp[]", arrays(ARRAY_TIMESTAMPS)),
     Col(

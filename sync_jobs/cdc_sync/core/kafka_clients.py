@@ -1,6 +1,6 @@
 """confluent-kafka client settings per broker flavour.
 
-The local stack's Kafka-protocol stand-ins have known quirks (see ENVIRONMENT notes in README):
+The local stack's Kafka-protocol stand-ins have known quirks (see docs/stacks.md):
 Tansu reports a wrong LATEST offset when one produce batch holds several records, and its group
 joins take about half the session timeout. Every producer and consumer in the project takes its
 config from here so the workarounds live in one place.

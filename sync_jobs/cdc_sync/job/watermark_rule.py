@@ -12,7 +12,7 @@ subscribed partitions (read after the batch was applied). c_n becomes the waterm
 of the first batch (n itself or a later one) after which the processed end offsets reach H_n(p)
 in every partition.
 
-Assumption (documented in the README): a record the job has read was produced after every
+Assumption (documented in docs/internals.md): a record the job has read was produced after every
 record the connector emitted before it is in the broker, by the time the batch holding it has
 been applied and H_n is read. The embedded engine publishes a batch and waits for every
 acknowledgement before the next; Kafka Connect's producer keeps order per partition and only a
