@@ -109,7 +109,7 @@ def _text(rng: random.Random) -> str:
 
 
 def _interval(rng: random.Random) -> str:
-    """Whole seconds: Debezium's string mode can lose 1 µs of fractions (docs/types.md, Intervals)."""
+    """Whole seconds: Debezium's string mode can lose 1 µs of fractions (docs/types.md)."""
     return (
         f"{rng.randint(0, 5)} years {rng.randint(0, 11)} mons {rng.randint(-40, 40)} days "
         f"{rng.randint(0, 23)}:{rng.randint(0, 59)}:{rng.randint(0, 59)}"

@@ -81,7 +81,7 @@ INTERVALS = st.tuples(
     st.integers(-(2**31), 2**31 - 1) | st.integers(-24, 24),
     st.integers(-(2**31), 2**31 - 1) | st.integers(-40, 40),
     INTERVAL_MICROS,
-).filter(lambda p: -(2**63) <= interval_micros(*p) < 2**63)  # the sinks' int64 (docs/known-limits.md)
+).filter(lambda p: -(2**63) <= interval_micros(*p) < 2**63)  # int64 (known limits)
 JSON_LEAVES = st.none() | st.booleans() | st.integers(-(10**15), 10**15) | TEXT
 JSON_VALUES = st.recursive(
     JSON_LEAVES,
@@ -155,7 +155,7 @@ ARRAYS = [
     Col("a_char", "char(3)[]", arrays(st.text(string.ascii_letters, max_size=3))),
     Col("a_bytea", "bytea[]", arrays(st.binary(max_size=10))),
     Col("a_date", "date[]", arrays(ARRAY_DATES)),
-    # Debezium reads time[] elements through java.sql.Time: milliseconds only (docs/known-limits.md).
+    # Debezium reads time[] elements through java.sql.Time: ms only (known limits).
     Col("a_time", "time[]", arrays(TIMES_MS)),
     Col("a_timestamp", "timestamp[]", arrays(ARRAY_TIMESTAMPS)),
     Col(

@@ -249,6 +249,8 @@ def test_after_a_lost_answer_an_equal_version_with_other_content_is_sent_again(
     assert apply(sink, route, change(route, "u", 30, 8, product(8, name="second"))) == (1, 0, 0)
     assert lost.bulk_items == [1, 1]
     assert docs(sink, route)["8"]["name"] == "second"
+
+
 def test_truncate_removes_older_documents_fenced_and_leaves_tombstones(
     sink: SearchSink, route: TableRoute
 ) -> None:

@@ -73,7 +73,7 @@ def test_invalid_settings_name_the_file_and_key(
 def test_topic_creation_settings_follow_kafka_connect() -> None:
     settings = TopicSettings.from_connector(load_connector(SHOP).config)
     assert settings.partitions == 1 and settings.replication_factor == 1
-    # The log-compaction window (docs/internals.md "Log compaction"): an hour uncompacted, tombstones 7 days.
+    # Log compaction (docs/internals.md): an hour uncompacted, tombstones 7 days.
     assert settings.config == {
         "cleanup.policy": "compact",
         "min.compaction.lag.ms": "3600000",
