@@ -25,6 +25,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from cdc_sync.connectors.publisher import Record, record_key
 from cdc_sync.core.model import TableId, Truncate
 from cdc_sync.debezium.decoder import parse_record
 from tests.debezium_capture import RawRecord, TopicReader, captured
@@ -44,6 +45,11 @@ def database(pg_url: str) -> Iterator[str]:
                 conn.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, v text)")
                 conn.execute(f"INSERT INTO {table} VALUES (1, 'x'), (2, 'y')")
         yield url
+
+
+def keyless_key(topic: str) -> bytes | None:
+    """What the publisher keys a keyless event with (Debezium's own key is null)."""
+    return record_key(Record(topic, None, b"{}"))
 
 
 def payload(record: RawRecord) -> dict[str, Any]:
@@ -85,10 +91,11 @@ def test_truncate_events_as_debezium_emits_them(
             for reader in readers.values():
                 reader.close()
 
-    # TRUNCATE t: between the two inserts, keyless, no before/after, no tombstone after it.
+    # TRUNCATE t: between the two inserts, no before/after, no tombstone after it. Debezium
+    # emits it keyless; the publisher keys it by its topic (a compacted topic refuses keyless).
     inserted, truncate, reinserted = t[2:5]
     assert [payload(r)["op"] for r in t] == ["r", "r", "c", "t", "c"]
-    assert truncate.key is None
+    assert truncate.key == keyless_key(f"{prefix}.tr.t")
     body = payload(truncate)
     assert body["before"] is None and body["after"] is None
     source = body["source"]
@@ -109,7 +116,8 @@ def test_truncate_events_as_debezium_emits_them(
     [truncate_b] = [r for r in b if payload(r)["op"] == "t"]
     assert [payload(r)["op"] for r in a] == ["r", "r", "t", "c"]
     assert [payload(r)["op"] for r in b] == ["r", "r", "t"]
-    assert truncate_a.key is None and truncate_b.key is None
+    assert truncate_a.key == keyless_key(f"{prefix}.tr.a")
+    assert truncate_b.key == keyless_key(f"{prefix}.tr.b")
     source_a, source_b = payload(truncate_a)["source"], payload(truncate_b)["source"]
     assert (source_a["table"], source_b["table"]) == ("a", "b")
     for field in ("txId", "sequence", "lsn"):

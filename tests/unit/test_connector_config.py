@@ -9,7 +9,7 @@ import pytest
 
 from cdc_sync.connectors.checks import truncate_checks
 from cdc_sync.connectors.engine import engine_properties
-from cdc_sync.connectors.publisher import TopicSettings
+from cdc_sync.connectors.publisher import Record, TopicSettings, record_key
 from cdc_sync.core.errors import ConfigError
 from cdc_sync.debezium.connector import load_connector, pg_env_from_url
 
@@ -106,3 +106,14 @@ def test_validate_warns_when_truncates_are_skipped_or_cannot_reach_kafka(
     checks = truncate_checks(settings)
     assert [c.setting for c in checks] == ([flagged] if flagged else [])
     assert all(c.severity == "warning" for c in checks)
+
+
+def test_keyless_events_get_a_key_naming_their_topic_for_compacted_topics() -> None:
+    # Apache Kafka refuses keyless records on a compacted topic: Debezium's truncate events.
+    truncate = Record("cdc.shop.orders", None, b'{"payload": {"op": "t"}}')
+    key = record_key(truncate)
+    assert key is not None and json.loads(key) == {"cdc_sync_keyless_event": "cdc.shop.orders"}
+    keyed = Record("cdc.shop.orders", b'{"id": 1}', b"{}")
+    assert record_key(keyed) == b'{"id": 1}'
+    tombstone = Record("cdc.shop.orders", b'{"id": 1}', None)
+    assert record_key(tombstone) == b'{"id": 1}'

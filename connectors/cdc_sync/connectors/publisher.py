@@ -6,6 +6,7 @@ engine commits source offsets after that, so a crash can repeat records but neve
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -51,6 +52,16 @@ class TopicSettings:
         )
 
 
+def record_key(record: Record) -> bytes | None:
+    """The record's own key; a keyless event (Debezium's truncate events) gets one naming its
+    topic: Apache Kafka refuses keyless records on a compacted topic, and on one the newest
+    truncate of a table is the one that matters (it removes every row older than itself). The
+    job decodes a truncate by its value, whatever its key."""
+    if record.key is not None or record.value is None:
+        return record.key
+    return json.dumps({"cdc_sync_keyless_event": record.topic}).encode()
+
+
 class PublishError(RuntimeError):
     """Records were not acknowledged: the engine must not commit their source offsets."""
 
@@ -86,10 +97,11 @@ class KafkaPublisher:
         self.published += len(records)
 
     def _produce(self, record: Record, on_delivery: Any) -> None:
+        key = record_key(record)
         while True:
             try:
                 self.producer.produce(
-                    record.topic, key=record.key, value=record.value, on_delivery=on_delivery
+                    record.topic, key=key, value=record.value, on_delivery=on_delivery
                 )
                 return
             except BufferError:  # local queue full: let deliveries drain, then retry
