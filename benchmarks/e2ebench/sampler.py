@@ -5,7 +5,8 @@ Every `interval` seconds a probe writes a unique marker into `full_name` of one 
 `rows` customers (a row whose previous probe was seen everywhere) and commits (row `rows` + 1
 is the drain probe's); one loop polls
 every pending probe in each sink: search by `_mget`, Redis by a pipelined HGET, Delta by one
-filtered read of the table (less often: each read replays the table's log).
+filtered read of the table (less often: each read replays the table's log). `sinks` narrows
+the sinks polled and `search_index` reads another index (bench_pgsync: pgsync's, search only).
 """
 
 from __future__ import annotations
@@ -43,10 +44,11 @@ class Probe:
     marker: str
     committed: float  # monotonic
     seen: dict[str, float] = field(default_factory=dict)  # sink -> seconds after commit
+    sinks: tuple[str, ...] = SINKS  # the sinks it must show in
 
     @property
     def done(self) -> bool:
-        return len(self.seen) == len(SINKS)
+        return len(self.seen) == len(self.sinks)
 
 
 def percentiles(values: list[float]) -> dict[str, float | None]:
@@ -59,14 +61,32 @@ def percentiles(values: list[float]) -> dict[str, float | None]:
 
 
 class Sampler:
-    def __init__(self, mapping: MappingFile, connections: Connections, rows: int) -> None:
+    def __init__(
+        self,
+        mapping: MappingFile,
+        connections: Connections,
+        rows: int,
+        sinks: tuple[str, ...] = SINKS,
+        search_index: str | None = None,
+    ) -> None:
         route = mapping.tables[TABLE]
         assert route.search and route.cache and route.delta, "the probe table routes everywhere"
-        self.alias = route.search.index
+        unknown = set(sinks) - set(SINKS)
+        if unknown or not sinks:
+            raise ValueError(f"sampler sinks {sinks}: expected some of {SINKS}")
+        self.sinks = sinks
+        self.alias = search_index or route.search.index
         self.cache_route = route.cache
-        self.delta_path = Path(connections.require("warehouse")) / route.delta.relative_path()
         self.search = open_backend(connections.search_client, connections.require("search_url"))
-        self.cache = redis.Redis.from_url(connections.require("redis_url"))
+        # Only the sinks polled need their settings (pgsync's run has no warehouse).
+        self.cache = (
+            redis.Redis.from_url(connections.require("redis_url")) if "redis" in sinks else None
+        )
+        self.delta_path = (
+            Path(connections.require("warehouse")) / route.delta.relative_path()
+            if "delta" in sinks
+            else None
+        )
         self.pg = psycopg.connect(connections.require("pg_url"), autocommit=True)
         self.rows = rows
         self.probes: list[Probe] = []
@@ -94,7 +114,7 @@ class Sampler:
         self.pg.execute(
             f"UPDATE {TABLE} SET {COLUMN} = %s WHERE id = %s".encode(), (marker, row_id)
         )
-        probe = Probe(row_id, marker, time.monotonic())
+        probe = Probe(row_id, marker, time.monotonic(), sinks=self.sinks)
         self.probes.append(probe)
         self._busy[row_id] = probe
         return probe
@@ -104,9 +124,11 @@ class Sampler:
         if not pending:
             return
         now = time.monotonic()
-        self._check("search", pending, self._search_values, now)
-        self._check("redis", pending, self._cache_values, now)
-        if now - self._delta_polled >= DELTA_POLL_SECONDS:
+        if "search" in self.sinks:
+            self._check("search", pending, self._search_values, now)
+        if "redis" in self.sinks:
+            self._check("redis", pending, self._cache_values, now)
+        if "delta" in self.sinks and now - self._delta_polled >= DELTA_POLL_SECONDS:
             self._delta_polled = now
             self._check("delta", pending, self._delta_values, now)
         for probe in pending:
@@ -127,6 +149,7 @@ class Sampler:
         return {int(d["_id"]): d["_source"].get(COLUMN) for d in docs if d.get("found")}
 
     def _cache_values(self, ids: list[int]) -> dict[int, Any]:
+        assert self.cache is not None
         pipe = self.cache.pipeline(transaction=False)
         for row_id in ids:
             pipe.hget(self.cache_route.key(TABLE, str(row_id)), "row")
@@ -138,6 +161,7 @@ class Sampler:
         }
 
     def _delta_values(self, ids: list[int]) -> dict[int, Any]:
+        assert self.delta_path is not None
         try:
             dataset = DeltaTable(str(self.delta_path)).to_pyarrow_dataset()
         except TableNotFoundError:
@@ -174,14 +198,16 @@ class Sampler:
 
     def close(self) -> None:
         self.search.close()
-        self.cache.close()
+        if self.cache is not None:
+            self.cache.close()
         self.pg.close()
 
 
 def latency_summary(probes: list[Probe]) -> dict[str, Any]:
-    """p50/p95/p99/max per sink and for all sinks (the slowest sink of each probe)."""
+    """p50/p95/p99/max per sink and for all sinks (the slowest sink of each probe); sinks the
+    probes were not polled in are left out."""
     summary: dict[str, Any] = {"probes": len(probes), "unresolved": sum(not p.done for p in probes)}
-    for sink in SINKS:
+    for sink in probes[0].sinks if probes else SINKS:
         summary[sink] = percentiles([p.seen[sink] for p in probes if sink in p.seen])
     summary["all"] = percentiles([max(p.seen.values()) for p in probes if p.done])
     return summary
