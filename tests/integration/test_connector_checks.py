@@ -36,3 +36,37 @@ def test_base64_binary_mode_is_flagged_for_bytea_tables(
     assert bool(flagged) is warned
     if warned:
         assert flagged[0].severity == "warning" and "t.files" in flagged[0].message
+
+
+@pytest.mark.parametrize(
+    ("key", "identity", "flagged"),
+    [
+        ("PRIMARY KEY DEFERRABLE INITIALLY DEFERRED", "DEFAULT", True),
+        ("PRIMARY KEY DEFERRABLE", "DEFAULT", True),
+        ("PRIMARY KEY DEFERRABLE INITIALLY DEFERRED", "FULL", False),
+        ("PRIMARY KEY", "DEFAULT", False),
+    ],
+)
+def test_a_deferrable_primary_key_needs_replica_identity_full(
+    pg_url: str, key: str, identity: str, flagged: bool
+) -> None:
+    with private_database(pg_url, "checks") as url, psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE SCHEMA t")
+        conn.execute(f"CREATE TABLE t.pairs (id int {key}, v text)")
+        conn.execute(f"ALTER TABLE t.pairs REPLICA IDENTITY {identity}")
+        base = load_connector(SHOP)
+        user = conn.execute("SELECT current_user").fetchone()
+        assert user is not None
+        config = dict(base.config) | {
+            "schema.include.list": "t",
+            "table.include.list": "t.pairs",
+            "database.user": str(user[0]),
+        }
+        checks = run_checks(ConnectorFile(base.path, base.name, config), config, conn)
+    found = [c for c in checks if "DEFERRABLE" in c.message]
+    assert bool(found) is flagged
+    if flagged:
+        (check,) = found
+        assert check.severity == "error"
+        assert check.setting == "REPLICA IDENTITY of t.pairs"
+        assert 'ALTER TABLE "t"."pairs" REPLICA IDENTITY FULL' in check.message

@@ -49,6 +49,7 @@ def run_checks(
     checks += _role(conn, config["database.user"], tables)
     for table in tables:
         checks += _table(conn, table, config)
+        checks += _deferrable_key(conn, table)
     if mapping is not None:
         for table in mapping.uncovered(tables):
             checks.append(
@@ -198,6 +199,31 @@ def _table(conn: psycopg.Connection[Any], table: TableId, config: Mapping[str, s
     if identity and identity[0] == "d":
         checks += _base64_bytea(conn, table, name, config)
     return checks
+
+
+def _deferrable_key(conn: psycopg.Connection[Any], table: TableId) -> list[Check]:
+    """A deferrable primary key cannot be the replica identity: under DEFAULT the table has
+    none, and Postgres refuses its updates and deletes once it is published. Only FULL works,
+    and it is what a key swap needs: `UPDATE t SET id = 3 - id` reaches Kafka as
+    d(1) c(2) d(2) c(1), key 2's last event a delete though Postgres holds the row."""
+    name = f'"{table.schema}"."{table.table}"'
+    row = conn.execute(
+        "SELECT c.condeferrable, k.relreplident FROM pg_constraint c "
+        "JOIN pg_class k ON k.oid = c.conrelid WHERE c.conrelid = %s::regclass "
+        "AND c.contype = 'p'",
+        (name,),
+    ).fetchone()
+    if row is None or not row[0] or row[1] == "f":
+        return []
+    return [
+        Check(
+            "error",
+            f"REPLICA IDENTITY of {table}",
+            f"{table} has a DEFERRABLE primary key, which cannot be its replica identity: "
+            "Postgres refuses its updates and deletes once published, and key swaps need full "
+            f"before images. Run ALTER TABLE {name} REPLICA IDENTITY FULL",
+        )
+    ]
 
 
 def _base64_bytea(
