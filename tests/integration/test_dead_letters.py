@@ -49,7 +49,7 @@ def test_a_re_run_batch_writes_its_dead_letters_once(kafka: KafkaEndpoint, tmp_p
         letters = DeadLetterWriter(
             kafka.bootstrap, kafka.flavor, topic, DeadLetterLedger.beside_checkpoint(checkpoint)
         )
-        applier = BatchApplier(mapping, [RefusingSink()], letters, observers=observers)  # type: ignore[list-item]
+        applier = BatchApplier(mapping, [RefusingSink()], letters, observers=observers)
         try:
             applier.apply(
                 batch_id,

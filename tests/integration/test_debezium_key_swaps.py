@@ -62,11 +62,13 @@ def events(kafka: KafkaEndpoint, topic: str) -> list[dict[str, Any]]:
         while len(found) < high:
             message = consumer.poll(10)
             assert message is not None, f"{topic}: {len(found)} of {high} records read"
-            key = json.loads(message.key())["payload"]["id"]
-            if message.value() is None:
+            raw_key, value = message.key(), message.value()
+            assert raw_key is not None
+            key = json.loads(raw_key)["payload"]["id"]
+            if value is None:
                 found.append({"key": key, "op": "ts"})
                 continue
-            payload = json.loads(message.value())["payload"]
+            payload = json.loads(value)["payload"]
             source = payload["source"]
             found.append(
                 {
