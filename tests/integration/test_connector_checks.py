@@ -157,3 +157,37 @@ def test_an_unlogged_table_is_an_error(schema_t: psycopg.Connection[Any], tmp_pa
     connector, config = _connector(tmp_path, schema_t)
     [error] = _errors(run_checks(connector, config, schema_t), "t.items")
     assert "UNLOGGED" in error.message and "SET LOGGED" in error.message
+
+
+@pytest.mark.parametrize(
+    ("key", "identity", "flagged"),
+    [
+        ("PRIMARY KEY DEFERRABLE INITIALLY DEFERRED", "DEFAULT", True),
+        ("PRIMARY KEY DEFERRABLE", "DEFAULT", True),
+        ("PRIMARY KEY DEFERRABLE INITIALLY DEFERRED", "FULL", False),
+        ("PRIMARY KEY", "DEFAULT", False),
+    ],
+)
+def test_deferrable_key_forms_need_replica_identity_full(
+    pg_url: str, key: str, identity: str, flagged: bool
+) -> None:
+    with private_database(pg_url, "checks") as url, psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE SCHEMA t")
+        conn.execute(f"CREATE TABLE t.pairs (id int {key}, v text)")
+        conn.execute(f"ALTER TABLE t.pairs REPLICA IDENTITY {identity}")
+        base = load_connector(SHOP)
+        user = conn.execute("SELECT current_user").fetchone()
+        assert user is not None
+        config = dict(base.config) | {
+            "schema.include.list": "t",
+            "table.include.list": "t.pairs",
+            "database.user": str(user[0]),
+        }
+        checks = run_checks(ConnectorFile(base.path, base.name, config), config, conn)
+    found = [c for c in checks if "DEFERRABLE" in c.message]
+    assert bool(found) is flagged
+    if flagged:
+        (check,) = found
+        assert check.severity == "error"
+        assert check.setting == "REPLICA IDENTITY of t.pairs"
+        assert 'ALTER TABLE "t"."pairs" REPLICA IDENTITY FULL' in check.message

@@ -44,7 +44,7 @@ class Letters:
     def __init__(self) -> None:
         self.written: list[DeadLetter] = []
 
-    def write(self, letters: Sequence[DeadLetter]) -> None:
+    def write(self, letters: Sequence[DeadLetter], batch_id: int | None = None) -> None:
         self.written += letters
 
 

@@ -169,3 +169,31 @@ def test_a_key_changed_once_folds_to_its_decoded_change_as_fold_key_would() -> N
         )
     assert load_change(by_id["1"]).unavailable_columns == {"description"}
     assert load_change(by_id["4"]).row["name"] == "n"  # type: ignore[index]
+
+
+def _side_rows_of(partition: int, ids: list[int]) -> list[dict[str, object]]:
+    batch = kafka_batch(
+        [
+            (key_bytes("products", {"id": i}), envelope_bytes("products", "u", 10 + i, product(i)))
+            for i in ids
+        ]
+    )
+    batch = batch.set_column(3, "partition", pa.array([partition] * len(ids), pa.int32()))
+    rows = [r for out in decode_and_fold(iter([batch])) for r in out.to_pylist()]
+    return [r for r in rows if r["kind"] != KIND_CHANGE]
+
+
+def test_a_key_in_two_partitions_of_one_batch_fails_naming_topic_and_partitions() -> None:
+    """After a partition count change a key's newer records hash to another partition: folded
+    apart, they would be applied out of order, so the driver refuses the batch first."""
+    from cdc_sync.job.stream import KeyAcrossPartitions, SideRows
+
+    apart = _side_rows_of(0, [1, 2, 3]) + _side_rows_of(1, [4, 5])
+    assert SideRows(apart).compacted == 5  # distinct keys: fine
+    crossing = _side_rows_of(0, [1, 2, 3]) + _side_rows_of(3, [4, 2])
+    with pytest.raises(
+        KeyAcrossPartitions,
+        match=r"topic 'cdc.shop.products': a key has changes in partitions 0 and 3 .*"
+        r"partition count changed.*after the job drained it.*recreate the topic",
+    ):
+        SideRows(crossing)

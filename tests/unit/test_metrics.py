@@ -72,7 +72,7 @@ class ScriptedSink:
 
 
 class Letters:
-    def write(self, letters: Sequence[object]) -> None:
+    def write(self, letters: Sequence[object], batch_id: int | None = None) -> None:
         return None
 
 

@@ -4,6 +4,11 @@ checkpoint reader, all without services."""
 from __future__ import annotations
 
 import json
+import os
+import socket
+import subprocess
+import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -17,6 +22,7 @@ from cdc_sync.job.status_file import JobStatus, StatusRecorder, read_status
 from cdc_sync.sinks.base import WriteResult
 from cdc_sync.status.gather import StatusFileWatermarks
 from cdc_sync.status.model import CaptureStatus, PartitionStatus, SlotStatus, Snapshot, TaskState
+from cdc_sync.status.process import job_alive, process_start
 from cdc_sync.status.render import lsn, render, to_json
 from cdc_sync.status.verdict import Health, Thresholds, judge
 
@@ -295,3 +301,33 @@ def test_recorder_follows_a_restarted_query(tmp_path: Path) -> None:
     recorder.close()
     closed = read_status(tmp_path)
     assert closed is not None and closed.state == "stopped"
+
+
+def _dead_pid() -> int:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def test_a_killed_job_is_not_shown_running() -> None:
+    here = socket.gethostname()
+    killed = job(pid=_dead_pid(), host=here, alive_at=NOW - 5)  # fresh: not yet stale
+    alive = job_alive(killed)
+    assert alive is False
+    s = snapshot(job=killed, job_alive=alive)
+    verdict = judge(s, Thresholds())
+    assert verdict.health is Health.STOPPED
+    assert f"the job's process (pid {killed.pid}) is gone" in verdict.reasons[0]
+    line = next(line for line in render(s, verdict).splitlines() if line.startswith("job "))
+    assert "running," not in line
+    assert line.startswith("job       not running (its process is gone")
+
+
+def test_the_job_process_is_alive_only_when_it_is_the_job() -> None:
+    here = socket.gethostname()
+    started = process_start(os.getpid())
+    assert started is not None and abs(started - time.time()) < 3600
+    assert job_alive(job(pid=os.getpid(), host=here, started_at=time.time())) is True
+    # This pid, but a job that started before this process did: a reused pid, not the job.
+    assert job_alive(job(pid=os.getpid(), host=here, started_at=started - 60)) is False
+    assert job_alive(job(pid=os.getpid(), host=f"not-{here}")) is None  # cannot tell

@@ -361,7 +361,8 @@ def _decodable(
                 "error",
                 f"REPLICA IDENTITY of {table}",
                 f"its primary key is DEFERRABLE, which cannot serve as replica identity: "
-                f"ALTER TABLE {name} REPLICA IDENTITY FULL",
+                "Postgres refuses its updates and deletes once published, and key swaps need "
+                f"full before images. Run ALTER TABLE {name} REPLICA IDENTITY FULL",
             )
         )
     return checks

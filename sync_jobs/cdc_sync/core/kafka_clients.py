@@ -12,6 +12,10 @@ from typing import Any
 
 
 def producer_config(bootstrap: str, flavor: str, **overrides: Any) -> dict[str, Any]:
+    """Every producer's settings. Without idempotence (the stand-ins), a retried produce request
+    could land after the next one and reorder a key's records (a transaction's delete after its
+    create, say): one request in flight per connection keeps the order. Measured on Tansu, one
+    record per batch already: no slower (~3.4k msg/s either way)."""
     config: dict[str, Any] = {
         "bootstrap.servers": bootstrap,
         "enable.idempotence": flavor == "kafka",
@@ -23,6 +27,8 @@ def producer_config(bootstrap: str, flavor: str, **overrides: Any) -> dict[str, 
         # One record per produce batch keeps Tansu's ListOffsets(LATEST) right.
         config.update({"batch.num.messages": 1, "linger.ms": 0})
     config.update(overrides)
+    if not config["enable.idempotence"]:
+        config["max.in.flight.requests.per.connection"] = 1
     return config
 
 

@@ -311,7 +311,7 @@ class BatchApplier:
                     "records need dead-lettering but no dead-letter writer is set"
                 )
             letters_started = time.monotonic()
-            self.dead_letters.write(letters)
+            self.dead_letters.write(letters, metrics.batch_id)
             metrics.timed("dead_letter", letters_started)
         metrics.dead_lettered = len(letters)
         metrics.seconds = time.monotonic() - plan.started

@@ -64,7 +64,8 @@ def fold_key(changes: Sequence[Change]) -> Change:
     if state.is_delete and created_in_the_same_transaction(state, ordered):
         # Keyed by primary key, a transaction that swaps two rows' keys (deferrable keys) reads
         # delete(a) create(b) delete(b) create(a): b's last change is a delete though Postgres
-        # holds b. A delete after a create of the same version is settled by reading Postgres.
+        # holds b. A delete after a create of the same version is settled by reading Postgres
+        # (within one batch only: README, Known limits).
         state = dataclasses.replace(state, resolve_from_source=True)
     return state
 

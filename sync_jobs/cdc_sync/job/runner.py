@@ -28,7 +28,7 @@ from cdc_sync.job.applier import BatchApplier, BatchObserver
 from cdc_sync.job.batch_phases import SmallBatches
 from cdc_sync.job.checkpoint import default_checkpoint_dir, processed_offsets
 from cdc_sync.job.console import BatchLine, SnapshotProgress, catalog_estimates
-from cdc_sync.job.dead_letter import DeadLetterWriter
+from cdc_sync.job.dead_letter import DeadLetterLedger, DeadLetterWriter
 from cdc_sync.job.health import SinkHealth, SinkStatus
 from cdc_sync.job.health_relay import HealthRelay
 from cdc_sync.job.metrics_export import (
@@ -240,6 +240,7 @@ class SyncJob:
             connections.require("kafka_bootstrap"),
             connections.kafka_flavor,
             mapping.dead_letter_topic,
+            DeadLetterLedger.beside_checkpoint(options.checkpoint_dir),  # once per batch
         )
         self.metrics: MetricsEndpoint | None = None
         self.metrics_port: int | None = None  # the bound port once serving

@@ -179,6 +179,8 @@ class SideRows:
         self.schemas: dict[TableId, RowSchema | None] = {}
         newest: dict[TableId, int] = {}
         readers: dict[tuple[str, int], set[str]] = defaultdict(set)
+        # Per (topic, table), per partition, the hashes of its keys folded there.
+        keys: dict[tuple[str, str], dict[int, bytes]] = defaultdict(dict)
         for row in rows:
             if row["kind"] == KIND_STATS:
                 self.counts[row["counted"]] += row["count"]
@@ -194,6 +196,8 @@ class SideRows:
             elif row["kind"] == KIND_TABLE:
                 table = TableId.parse(row["table"])
                 self.compacted += row["count"]
+                if row.get("keys"):
+                    keys[(row["topic"], row["table"])][row["partition"]] = row["keys"]
                 self.schemas.setdefault(table, None)
                 version = row["version"]
                 if row["schema_blob"] is not None and version >= newest.get(table, version):
@@ -213,6 +217,35 @@ class SideRows:
                 "Spark tasks in one batch: keys would be folded and written out of order. Do "
                 "not set the Kafka source's minPartitions / maxRecordsPerPartition for this job"
             )
+        for (topic, _), partitions in sorted(keys.items()):
+            if len(partitions) > 1:
+                _one_partition_per_key(topic, partitions)
+
+
+class KeyAcrossPartitions(RuntimeError):
+    """A key has changes in two Kafka partitions of one batch: folded apart, out of order."""
+
+
+def _one_partition_per_key(topic: str, partitions: dict[int, bytes]) -> None:
+    """Debezium keys a table's records by primary key, so a key stays in one partition, unless
+    the topic's partition count changed under it: the key's newer records then hash to another
+    partition than its older ones. Each partition is folded and written on its own (no
+    shuffle), so such a batch would be applied out of order: it fails, before any write."""
+    seen: dict[bytes, int] = {}
+    for partition, packed in sorted(partitions.items()):
+        for start in range(0, len(packed), 8):
+            digest = packed[start : start + 8]
+            first = seen.setdefault(digest, partition)
+            if first != partition:
+                raise KeyAcrossPartitions(
+                    f"topic {topic!r}: a key has changes in partitions {first} and {partition} "
+                    "of one batch. Debezium keys records by primary key, so this happens when "
+                    "the topic's partition count changed while it was written: the job folds "
+                    "each partition on its own and would apply that key's changes out of "
+                    "order. Grow a topic only after the job drained it (stop capture, "
+                    "`cdc-sync run --available-now`, grow, restart capture); now, recreate "
+                    "the topic and re-snapshot its table into it, on a new checkpoint"
+                )
 
 
 def _truncate(row: dict[str, Any]) -> Truncate:

@@ -18,6 +18,7 @@ from cdc_sync.mapping import MappingFile
 from cdc_sync.status.broker import partition_status, record_count
 from cdc_sync.status.capture import connect_status, slot_status
 from cdc_sync.status.model import CaptureStatus, SlotStatus, Snapshot, Watermark
+from cdc_sync.status.process import job_alive
 
 T = TypeVar("T")
 
@@ -113,6 +114,7 @@ def gather(
         dead_letters=dead_letters,
         job=job,
         problems=tuple(attempt.problems),
+        job_alive=job_alive(job) if job is not None and job.state == "running" else None,
     )
 
 

@@ -72,6 +72,8 @@ class Snapshot:
     dead_letters: int | None  # records on the dead-letter topic; None when unreadable
     job: JobStatus | None  # None: no status file beside the checkpoint
     problems: tuple[str, ...] = ()  # what could not be read, and why
+    # Whether the job's process still runs (status.process); None: not known from this host.
+    job_alive: bool | None = None
 
     @property
     def waiting(self) -> int:

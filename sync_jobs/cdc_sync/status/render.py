@@ -118,6 +118,8 @@ def _job(s: Snapshot) -> str:
     if job is None:
         return "no status file (the job has not run with this checkpoint)"
     state = job.state + (f" ({job.error})" if job.error else "")
+    if job.state == "running" and s.job_alive is False:  # killed: it never wrote "stopped"
+        state = "not running (its process is gone; the status file still says running)"
     return (
         f"{state}, pid {job.pid} on {job.host}, last seen {age(s.taken_at - job.alive_at)} ago, "
         f"{job.batches} batch(es) since start {clock(job.started_at)}"

@@ -57,6 +57,8 @@ def _stopped(s: Snapshot, t: Thresholds) -> list[str]:
         reasons.append(f"the job failed: {job.error}")
     elif job.state == "stopped":
         reasons.append(f"the job stopped {_ago(s.taken_at - job.alive_at)}")
+    elif s.job_alive is False:
+        reasons.append(f"the job's process (pid {job.pid}) is gone (killed?)")
     elif s.taken_at - job.alive_at > t.stale_after_seconds:
         reasons.append(f"the job has been silent for {s.taken_at - job.alive_at:.0f} s (killed?)")
     if job is not None and job.state == "running":
