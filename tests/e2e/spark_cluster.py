@@ -218,6 +218,21 @@ class SparkCluster:
             0.5,
         )
 
+    def wait_executor_registered(
+        self, index: int, timeout_seconds: float = START_TIMEOUT_SECONDS
+    ) -> None:
+        """Until an executor of worker `index` has joined the application's driver (the
+        master counts its cores as soon as it asks the worker to launch it)."""
+
+        def registered() -> bool:
+            self.raise_if_dead()
+            return any(
+                "Successfully registered with driver" in path.read_text(errors="replace")
+                for path in self.executor_logs(index)
+            )
+
+        wait_for(f"an executor of worker {index} registered", registered, timeout_seconds, 0.5)
+
     def raise_if_dead(self) -> None:
         self.master.raise_if_dead()
         for worker in self.workers:
