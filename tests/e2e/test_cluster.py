@@ -6,12 +6,14 @@ the driver: `cdc-sync run` as a subprocess with `CDC_SYNC_SPARK_MASTER=spark://.
 `--driver-batch-records 0`, so every batch is decoded, folded and written by executor tasks
 (the executor write path, the version floors shipped to them, the health relay back to the
 driver). Capture (`cdc-sync capture`) writes 4-partition topics. While the adversarial workload
-runs (inserts, updates, deletes, primary-key moves, TOAST-only updates), a batch is held in its
-write stage: an ACCESS EXCLUSIVE lock on the parent table makes an executor task's
+runs (inserts, updates, deletes, primary-key moves, TOAST-only updates), the batch in flight is
+held in its write stage: an ACCESS EXCLUSIVE lock on the parent table makes an executor task's
 unchanged-TOAST read wait, and the Python worker whose Postgres connection waits names the
 worker it runs under. That worker is killed with SIGKILL together with its executor JVM and
-Python workers, the lock released, the worker restarted (the master launches an executor on it
-again), and every sink must equal Postgres.
+Python workers, the lock released (the task re-runs on the other executor), the worker restarted
+(the master launches an executor on it, which joins the driver). Then the job's Redis, reached
+through a proxy, is cut until an executor task's wait for it is logged by the driver (only the
+health relay carries it there). Every sink must equal Postgres.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from cdc_sync.core.settings import Connections
 from cdc_sync.job.spark_session import MASTER_VAR
 from cdc_sync.mapping import load_mapping
 from tests.adversarial.capture import EngineCapture
+from tests.adversarial.child import wait_for
 from tests.adversarial.pipeline import (
     PYTHONPATH,
     JobProcess,
@@ -162,8 +165,10 @@ def test_worker_killed_mid_batch_converges(cluster_run: ClusterRun) -> None:
     _assert_partitions(pipeline)
 
     # 1. A worker killed while its executor's task is in the write stage of a batch.
+    # Held once part of it is committed, so the held batch carries a share of the workload.
     writer = paced_in_background(workload, OPERATIONS // 2)
-    pipeline.job.wait_committed(0)  # mid-stream: the snapshot batch is behind
+    started = workload.changes
+    wait_for("workload under way", lambda: workload.changes > started + 50, 120, 0.2)
     held = HeldWriteStage(pipeline.connections.require("pg_url"))
     try:
         victim, reader = held.hold(cluster)
@@ -254,7 +259,7 @@ class HeldWriteStage:
                     (f"held {uuid.uuid4().hex[:8]}",),
                 )
             self._lock()
-            found = self._waiting_reader(cluster, timeout_seconds=30)
+            found = self._waiting_reader(cluster, timeout_seconds=90)
             if found is not None:
                 return found
             self.release()  # that batch had the row's values at hand: try again
