@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import urllib.request
@@ -33,6 +34,29 @@ WORKER_MEMORY = "1g"  # what a worker offers; one executor of EXECUTOR_MEMORY fi
 EXECUTOR_MEMORY = "512m"
 DRIVER_MEMORY = "768m"
 START_TIMEOUT_SECONDS = 180.0  # a JVM start takes ~10 s idle, a minute on 2 busy cores
+# Master, 2 workers, 2 executors, the driver and their Python workers, with room to spare.
+MEMORY_NEEDED_BYTES = 3 * 2**30
+
+
+def missing() -> str | None:
+    """Why this machine cannot run the cluster (None: it can)."""
+    if shutil.which("java") is None:
+        return "no java on PATH (the Spark JVMs need one)"
+    if not SPARK_CLASS.exists():
+        return f"{SPARK_CLASS} not found (pyspark without its launch scripts)"
+    meminfo = Path("/proc/meminfo").read_text()
+    available = next(
+        (
+            int(line.split()[1]) * 1024
+            for line in meminfo.splitlines()
+            if line.startswith("MemAvailable:")
+        ),
+        None,
+    )
+    if available is not None and available < MEMORY_NEEDED_BYTES:
+        needed = MEMORY_NEEDED_BYTES // 2**20
+        return f"{available // 2**20} MiB of memory available, the cluster needs {needed} MiB"
+    return None
 
 
 @dataclass(frozen=True)

@@ -53,6 +53,7 @@ from tests.e2e.conftest import with_path
 from tests.e2e.cut_proxy import CutProxy
 from tests.e2e.sinks_state import clean_sinks
 from tests.e2e.spark_cluster import Proc, SparkCluster, socket_owner
+from tests.e2e.spark_cluster import missing as cluster_missing
 from tests.fixtures.services import KafkaEndpoint
 from tests.pg import private_database
 
@@ -84,6 +85,8 @@ class ClusterRun:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkCluster]:
+    if reason := cluster_missing():
+        pytest.skip(f"Spark standalone cluster: {reason}")
     spark_cluster = SparkCluster(tmp_path_factory.mktemp("spark-cluster"), WORKERS, PYTHONPATH)
     try:
         spark_cluster.start()  # ready is awaited once capture runs
@@ -172,6 +175,8 @@ def test_worker_killed_mid_batch_converges(cluster_run: ClusterRun) -> None:
     held = HeldWriteStage(pipeline.connections.require("pg_url"))
     try:
         victim, reader = held.hold(cluster)
+        # The executor's Python worker imports this checkout's cdc_sync, not an installed one.
+        assert PYTHONPATH in _environment(reader.pid).get("PYTHONPATH", ""), reader
         killed = cluster.kill_worker(victim)
         kinds = {proc.kind for proc in killed}
         assert {"worker JVM", "executor JVM", "Python worker"} <= kinds, killed
@@ -206,6 +211,12 @@ def test_worker_killed_mid_batch_converges(cluster_run: ClusterRun) -> None:
     assert _ran(survivor, r"Running task \d+\.[1-9]"), "no task attempt re-ran on the survivor"
     # and the relayed wait ended in a relayed recovery.
     assert f"executor task {relayed}: sink redis" in driver_log
+
+
+def _environment(pid: int) -> dict[str, str]:
+    raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    pairs = [item.decode(errors="replace").partition("=") for item in raw if b"=" in item]
+    return {name: value for name, _, value in pairs}
 
 
 def _ran(logs: list[Path], pattern: str) -> bool:
