@@ -113,14 +113,7 @@ def _truncate(
     if not isinstance(payload, dict) or payload.get("op") != TRUNCATE_OP:
         return None
     where = "value.payload" if with_schema else "value"
-    source = payload.get("source")
-    if not isinstance(source, dict):
-        raise MalformedRecord(coordinates, f"{where}.source", "missing")
-    version = commit_order_version(source, floor)
-    if version is None:
-        raise MalformedRecord(
-            coordinates, f"{where}.source.sequence", "missing or holds no LSN (and no lsn)"
-        )
+    source, version = _source_version(payload, where, coordinates, floor)
     ts_ms = source.get("ts_ms") if isinstance(source.get("ts_ms"), int) else None
     return Truncate(
         _table_from_source(source, coordinates), version, coordinates, _own_position(source), ts_ms
@@ -200,14 +193,7 @@ def _parse_payload(
         raise MalformedRecord(
             coordinates, f"{where}.op", f"unknown op {payload.get('op')!r}"
         ) from exc
-    source = payload.get("source")
-    if not isinstance(source, dict):
-        raise MalformedRecord(coordinates, f"{where}.source", "missing")
-    version = commit_order_version(source, floor)
-    if version is None:
-        raise MalformedRecord(
-            coordinates, f"{where}.source.sequence", "missing or holds no LSN (and no lsn)"
-        )
+    source, version = _source_version(payload, where, coordinates, floor)
     table = _table_from_source(source, coordinates)
     ts_ms = source.get("ts_ms") if isinstance(source.get("ts_ms"), int) else None
     position = _own_position(source)
@@ -313,6 +299,21 @@ def _sequence(source: Mapping[str, Any]) -> list[int | None]:
         return [None if p is None else int(p) for p in positions]
     except (TypeError, ValueError):
         return []
+
+
+def _source_version(
+    payload: dict[str, Any], where: str, coordinates: Coordinates, floor: int
+) -> tuple[dict[str, Any], int]:
+    """The envelope's `source` block and the change's commit-order version."""
+    source = payload.get("source")
+    if not isinstance(source, dict):
+        raise MalformedRecord(coordinates, f"{where}.source", "missing")
+    version = commit_order_version(source, floor)
+    if version is None:
+        raise MalformedRecord(
+            coordinates, f"{where}.source.sequence", "missing or holds no LSN (and no lsn)"
+        )
+    return source, version
 
 
 def _table_from_source(source: Mapping[str, Any], coordinates: Coordinates) -> TableId:
