@@ -33,6 +33,27 @@ def with_path(url: str, path: str) -> str:
     return urlunsplit(urlsplit(url)._replace(path=path))
 
 
+def adversarial_connections(
+    database: str,
+    kafka: KafkaEndpoint,
+    search_url: str,
+    redis_url: str,
+    redis_db: int,
+    root: Path,
+) -> Connections:
+    """A private database's pipeline on the session's services, in its own Redis database."""
+    return Connections(
+        pg_url=database,
+        kafka_bootstrap=kafka.bootstrap,
+        kafka_flavor=kafka.flavor,
+        search_url=search_url,
+        search_client="opensearch",
+        redis_url=with_path(redis_url, f"/{redis_db}"),
+        connect_url=None,
+        warehouse=str(root / "warehouse"),
+    )
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
     session = build_spark("cdc-sync-e2e")

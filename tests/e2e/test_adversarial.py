@@ -24,7 +24,6 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from cdc_sync.core.model import TableId
-from cdc_sync.core.settings import Connections
 from cdc_sync.sinks.search import readback as search_readback
 from cdc_sync.sinks.search.backends import open_backend
 from tests.adversarial.pipeline import PROJECT_ROOT, Pipeline
@@ -36,7 +35,7 @@ from tests.adversarial.workload import (
     paced_in_background,
     swap_deferred_keys,
 )
-from tests.e2e.conftest import with_path
+from tests.e2e.conftest import adversarial_connections
 from tests.fixtures.services import KafkaEndpoint, SearchServer
 from tests.pg import private_database
 
@@ -58,15 +57,8 @@ def adversarial(
 ) -> Iterator[tuple[Pipeline, Workload]]:
     root = tmp_path_factory.mktemp("adversarial")
     with private_database(pg_url, "adv_e2e") as database:
-        connections = Connections(
-            pg_url=database,
-            kafka_bootstrap=kafka.bootstrap,
-            kafka_flavor=kafka.flavor,
-            search_url=search_url,
-            search_client="opensearch",
-            redis_url=with_path(redis_url, f"/{ADVERSARIAL_REDIS_DB}"),
-            connect_url=None,
-            warehouse=str(root / "warehouse"),
+        connections = adversarial_connections(
+            database, kafka, search_url, redis_url, ADVERSARIAL_REDIS_DB, root
         )
         create_schema(database)
         workload = Workload(database, SEED)

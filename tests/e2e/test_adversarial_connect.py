@@ -10,11 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from cdc_sync.core.settings import Connections
 from cdc_sync.localstack.connect import worker_home
 from tests.adversarial.pipeline import Pipeline
 from tests.adversarial.workload import Workload, create_schema, paced, paced_in_background
-from tests.e2e.conftest import with_path
+from tests.e2e.conftest import adversarial_connections
 from tests.fixtures.services import KafkaEndpoint
 from tests.pg import private_database
 
@@ -30,15 +29,8 @@ def test_connect_worker_kill9_resumes_and_converges(
     if not (worker_home() / ".assembled").exists():
         pytest.skip(f"Kafka Connect worker not assembled in {worker_home()} (make bootstrap)")
     with private_database(pg_url, "adv_connect") as database:
-        connections = Connections(
-            pg_url=database,
-            kafka_bootstrap=kafka.bootstrap,
-            kafka_flavor=kafka.flavor,
-            search_url=search_url,
-            search_client="opensearch",
-            redis_url=with_path(redis_url, f"/{CONNECT_REDIS_DB}"),
-            connect_url=None,
-            warehouse=str(tmp_path / "warehouse"),
+        connections = adversarial_connections(
+            database, kafka, search_url, redis_url, CONNECT_REDIS_DB, tmp_path
         )
         create_schema(database)
         workload = Workload(database, SEED)

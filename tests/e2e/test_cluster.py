@@ -49,7 +49,7 @@ from tests.adversarial.pipeline import (
     write_mapping,
 )
 from tests.adversarial.workload import Workload, create_schema, paced_in_background
-from tests.e2e.conftest import with_path
+from tests.e2e.conftest import adversarial_connections, with_path
 from tests.e2e.cut_proxy import CutProxy
 from tests.e2e.sinks_state import clean_sinks
 from tests.e2e.spark_cluster import Proc, SparkCluster, socket_owner
@@ -108,15 +108,8 @@ def cluster_run(
     redis_address = urlsplit(redis_url)
     proxy = CutProxy((redis_address.hostname or "127.0.0.1", redis_address.port or 6379))
     with private_database(pg_url, "cluster_e2e") as database:
-        connections = Connections(
-            pg_url=database,
-            kafka_bootstrap=kafka.bootstrap,
-            kafka_flavor=kafka.flavor,
-            search_url=search_url,
-            search_client="opensearch",
-            redis_url=with_path(redis_url, f"/{REDIS_DB}"),
-            connect_url=None,
-            warehouse=str(root / "warehouse"),
+        connections = adversarial_connections(
+            database, kafka, search_url, redis_url, REDIS_DB, root
         )
         create_schema(database)
         workload = Workload(database, SEED)
