@@ -39,8 +39,10 @@ from e2ebench.observe import cpu_snapshot, tree_usage  # noqa: E402
 from e2ebench.pipeline import (  # noqa: E402
     MAPPING,
     SinkCounter,
+    drop_run_data,
     start_capture,
     start_job,
+    stop_run,
 )
 from e2ebench.report import render, rss_drift, streaming_ceiling, targets  # noqa: E402
 from e2ebench.sampler import Sampler  # noqa: E402
@@ -227,17 +229,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         result["job_rss_mb_end"] = round(tree_usage(job.process.pid).rss_bytes / 2**20)
         result["workload"] = dict(workload.done)
     finally:
-        for closing in (sampler, workload, counter):
-            if closing is not None:
-                closing.close()
-        if job is not None:
-            job.stop()
-        if capture is not None:
-            capture.stop()
-        stack.stop()
-        if not args.keep_state:  # the job logs stay: the JSON points at them
-            for name in ("stack", "warehouse", "checkpoint", "capture"):
-                shutil.rmtree(run_dir / name, ignore_errors=True)
+        stop_run((sampler, workload, counter), job, capture, stack)
+        drop_run_data(run_dir, keep=args.keep_state)
+        if not args.keep_state:  # the job's state but its logs (the JSON points at them)
             for kept in (run_dir / "state").iterdir() if (run_dir / "state").exists() else ():
                 if kept.is_dir() and kept.name != "logs":
                     shutil.rmtree(kept, ignore_errors=True)

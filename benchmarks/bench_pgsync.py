@@ -27,7 +27,6 @@ import json
 import logging
 import os
 import platform
-import shutil
 import signal
 import sys
 import time
@@ -44,7 +43,14 @@ from e2ebench import pgsync  # noqa: E402
 from e2ebench.ladder import StepPlan, run_step  # noqa: E402
 from e2ebench.load import MixedWorkload, load_rows  # noqa: E402
 from e2ebench.observe import cpu_snapshot, tree_usage  # noqa: E402
-from e2ebench.pipeline import MAPPING, SinkCounter, start_capture, start_job  # noqa: E402
+from e2ebench.pipeline import (  # noqa: E402
+    MAPPING,
+    SinkCounter,
+    drop_run_data,
+    start_capture,
+    start_job,
+    stop_run,
+)
 from e2ebench.sampler import Sampler  # noqa: E402
 
 from cdc_sync.core.model import TableId  # noqa: E402
@@ -139,14 +145,6 @@ def fresh_stack(args: argparse.Namespace, run_dir: Path) -> tuple[LocalStack, St
     return stack, stack.start()
 
 
-def tidy(args: argparse.Namespace, run_dir: Path, names: tuple[str, ...]) -> None:
-    """Drop a phase's data (its logs stay: the JSON points at them)."""
-    if args.keep_state:
-        return
-    for name in names:
-        shutil.rmtree(run_dir / name, ignore_errors=True)
-
-
 def run_pgsync(
     args: argparse.Namespace, mapping: MappingFile, run_dir: Path, tuning: dict[str, str]
 ) -> dict[str, Any]:
@@ -200,7 +198,7 @@ def run_pgsync(
         if deployment is not None:
             deployment.stop()
         stack.stop()
-        tidy(args, run_dir, ("stack",))
+        drop_run_data(run_dir, ("stack",), keep=args.keep_state)
     return result
 
 
@@ -230,15 +228,8 @@ def run_cdc_sync(args: argparse.Namespace, mapping: MappingFile, run_dir: Path) 
         result["workload"] = dict(workload.done)
         result["log"] = str(job_log(run_dir))
     finally:
-        for closing in (sampler, workload, counter):
-            if closing is not None:
-                closing.close()
-        if job is not None:
-            job.stop()
-        if capture is not None:
-            capture.stop()
-        stack.stop()
-        tidy(args, run_dir, ("stack", "warehouse", "checkpoint", "capture"))
+        stop_run((sampler, workload, counter), job, capture, stack)
+        drop_run_data(run_dir, keep=args.keep_state)
     return result
 
 

@@ -5,9 +5,11 @@ are its own, sinks counted per table for the initial sync."""
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import redis
 from deltalake import DeltaTable
@@ -106,3 +108,39 @@ class SinkCounter:
     def close(self) -> None:
         self.search.close()
         self.cache.close()
+
+
+class Closable(Protocol):
+    def close(self) -> None: ...
+
+
+class Stoppable(Protocol):
+    def stop(self) -> None: ...
+
+
+RUN_DATA = ("stack", "warehouse", "checkpoint", "capture")
+
+
+def stop_run(
+    closables: tuple[Closable | None, ...],
+    job: Stoppable | None,
+    capture: Stoppable | None,
+    stack: Stoppable,
+) -> None:
+    """A run's teardown, in order: the readers and the workload, the job, capture, the stack."""
+    for closing in closables:
+        if closing is not None:
+            closing.close()
+    if job is not None:
+        job.stop()
+    if capture is not None:
+        capture.stop()
+    stack.stop()
+
+
+def drop_run_data(run_dir: Path, names: tuple[str, ...] = RUN_DATA, keep: bool = False) -> None:
+    """A run's data (its logs stay: the JSON points at them), unless it is to be kept."""
+    if keep:
+        return
+    for name in names:
+        shutil.rmtree(run_dir / name, ignore_errors=True)
