@@ -297,9 +297,13 @@ class OpenKeys:
         return open_.carried(doc_id) if open_ is not None else None
 
     def note(
-        self, where: Where, doc_id: str, state: Change, changes: Sequence[Change],
+        self,
+        where: Where,
+        doc_id: str,
+        state: Change,
+        changes: Sequence[Change],
         carried: Transaction | None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         if where in self.carried:
             self.folded[where].add(doc_id)
         tail = self.tails.get(where)
@@ -311,10 +315,9 @@ class OpenKeys:
         if where in self.carried:
             self.folded[where].add(doc_id)
         tail = self.tails.get(where)
-        if tail is None or row["op"] != Op.CREATE.value:
-            return
-        version, transaction = row["version"], row["transaction"]
-        if version == tail.version or (tail.txid is not None and transaction == tail.txid):
+        version, txid = row["version"], row["transaction"]
+        assert isinstance(version, int) and (txid is None or isinstance(txid, int))
+        if tail is not None and row["op"] == Op.CREATE.value and tail.matches(version, txid):
             self.opened[where].add(doc_id)
 
     def rows(self) -> list[dict[str, object]]:

@@ -49,11 +49,11 @@ class Transaction:
         (nothing tells its transaction). Equal versions of different transactions (a snapshot
         row and a first transaction lifted to the snapshot's point) may be taken for one: that
         only costs a read from Postgres, never a wrong row."""
-        if change.is_unversioned:
-            return False
-        return change.version == self.version or (
-            self.txid is not None and change.transaction == self.txid
-        )
+        return not change.is_unversioned and self.matches(change.version, change.transaction)
+
+    def matches(self, version: int, txid: int | None) -> bool:
+        """A change of `version` and `txid` (`Change.transaction`) belongs to this transaction."""
+        return version == self.version or (self.txid is not None and txid == self.txid)
 
     def same_as(self, other: Transaction) -> bool:
         return self.version == other.version or (self.txid is not None and self.txid == other.txid)
