@@ -96,7 +96,14 @@ def job_environment(connections: Connections, state: Path) -> dict[str, str]:
 class JobProcess(ChildProcess):
     """`cdc-sync run` as a subprocess; `kill()` is SIGKILL to its whole process group."""
 
-    def __init__(self, mapping: Path, checkpoint: Path, env: dict[str, str], log: Path) -> None:
+    def __init__(
+        self,
+        mapping: Path,
+        checkpoint: Path,
+        env: dict[str, str],
+        log: Path,
+        max_offsets_per_trigger: int = MAX_OFFSETS_PER_TRIGGER,
+    ) -> None:
         argv = [
             sys.executable,
             "-m",
@@ -111,8 +118,10 @@ class JobProcess(ChildProcess):
             # Smaller than the default 20k: after a kill the backlog of ~60 kB parent documents
             # in one search bulk outlasted the client's 10 s read timeout on the local search
             # stand-in (five retries, then the job failed).
+            # A few records (the soak's --max-offsets-per-trigger) put batch boundaries inside
+            # transactions: deferrable-key swaps straddling batches, for one.
             "--max-offsets-per-trigger",
-            str(MAX_OFFSETS_PER_TRIGGER),
+            str(max_offsets_per_trigger),
             # Delta upkeep between batches, as production runs it: the faults and the
             # convergence checks then cover compacted and vacuumed tables too.
             "--maintain-every",
@@ -178,12 +187,24 @@ class Pipeline:
     capture: Capture
 
     @classmethod
-    def create(cls, connections: Connections, root: Path, capture: str = "engine") -> Pipeline:
+    def create(
+        cls,
+        connections: Connections,
+        root: Path,
+        capture: str = "engine",
+        max_offsets_per_trigger: int = MAX_OFFSETS_PER_TRIGGER,
+    ) -> Pipeline:
         topic_prefix = f"adv{uuid.uuid4().hex[:6]}"
         root.mkdir(parents=True, exist_ok=True)
         mapping_path = write_mapping(root, topic_prefix)
         env = job_environment(connections, root / "state")
-        job = JobProcess(mapping_path, root / "checkpoints" / "main", env, root / "job.log")
+        job = JobProcess(
+            mapping_path,
+            root / "checkpoints" / "main",
+            env,
+            root / "job.log",
+            max_offsets_per_trigger,
+        )
         pg_url = connections.require("pg_url")
         config = connector_config(topic_prefix)
         runner: Capture

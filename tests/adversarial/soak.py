@@ -33,7 +33,12 @@ from pathlib import Path
 from cdc_sync.core.settings import Connections
 from cdc_sync.localstack.stack import LocalStack
 from cdc_sync.verify.compare import Report
-from tests.adversarial.pipeline import Pipeline, differences, rows_compared
+from tests.adversarial.pipeline import (
+    MAX_OFFSETS_PER_TRIGGER,
+    Pipeline,
+    differences,
+    rows_compared,
+)
 from tests.adversarial.workload import Workload, create_schema
 from tests.pg import private_database
 
@@ -134,7 +139,12 @@ def search_frozen_round(
 
 
 def connect_round(
-    connections: Connections, run: Path, workload: Workload, changes: int, kills: int
+    connections: Connections,
+    run: Path,
+    workload: Workload,
+    changes: int,
+    kills: int,
+    max_offsets_per_trigger: int = MAX_OFFSETS_PER_TRIGGER,
 ) -> Result:
     """A pipeline captured by a Kafka Connect worker: the worker JVM killed with SIGKILL
     `kills` times mid-stream and restarted; the connector resumes from its offsets topic."""
@@ -142,6 +152,7 @@ def connect_round(
         replace(connections, warehouse=str(run / "connect" / "warehouse")),
         run / "connect",
         capture="connect",
+        max_offsets_per_trigger=max_offsets_per_trigger,
     )
     before = workload.changes
     pipeline.start()
@@ -218,7 +229,9 @@ def soak(
         workload = Workload(database, args.seed)
         workload.seed_rows()
         workload.run(50)
-        pipeline = Pipeline.create(connections, run)
+        pipeline = Pipeline.create(
+            connections, run, max_offsets_per_trigger=args.max_offsets_per_trigger
+        )
         pipeline.start()
         try:
             for number in range(1, args.rounds + 1):
@@ -239,7 +252,14 @@ def soak(
         try:
             if args.connect_kills:
                 results.append(
-                    connect_round(connections, run, workload, per_round, args.connect_kills)
+                    connect_round(
+                        connections,
+                        run,
+                        workload,
+                        per_round,
+                        args.connect_kills,
+                        args.max_offsets_per_trigger,
+                    )
                 )
                 log.info("%s", results[-1])
         finally:
@@ -281,6 +301,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--connect-kills", type=int, default=2, help="Connect worker kill -9s (0: skip)"
+    )
+    parser.add_argument(
+        "--max-offsets-per-trigger",
+        type=int,
+        default=MAX_OFFSETS_PER_TRIGGER,
+        help="records per micro-batch of the job (a few: boundaries inside transactions)",
     )
     parser.add_argument("--state-dir", default=".cdc-sync/soak", help="stack and pipeline state")
     return parser.parse_args(argv)

@@ -128,3 +128,27 @@ def test_a_swap_settled_from_postgres_skips_a_dropped_column(database: str) -> N
     assert settled.row["description"] == "long text 1" and "price" not in settled.row
     assert settled.unavailable_columns == {"price"}
     assert set(settled.row) == {"id", "sku", "name", "description", "in_stock"}
+
+
+def test_a_delete_settled_across_a_batch_boundary_is_read_with_the_tables_schema(
+    database: str,
+) -> None:
+    """The key's create was in the batch before (job.open_transactions): the delete travels
+    without a schema, and is read with the table's accepted one; a key Postgres no longer
+    holds stays a delete."""
+    schema = toast_only_update(1, ()).schema
+    assert schema is not None
+    present, absent = (
+        Change(TABLE, (("id", id_),), Op.DELETE, 200, None, coords(id_), resolve_from_source=True)
+        for id_ in (2, 9)
+    )
+    filler = SourceFiller(database, ConverterModes())
+    try:
+        (settled, deleted), gone = filler.fill(TABLE, [present, absent], schema)
+    finally:
+        filler.close()
+    assert gone == 0 and settled.op is Op.UPDATE and settled.row is not None
+    assert (settled.row["id"], settled.row["description"]) == (2, "long text 2")
+    assert deleted.is_delete and not deleted.resolve_from_source
+    (unsettled,), _ = fill(database, [present])  # without a schema: nothing to read it with
+    assert unsettled.is_delete

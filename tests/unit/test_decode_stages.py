@@ -6,6 +6,7 @@ import pytest
 from cdc_sync.job.decode import (
     KIND_CHANGE,
     KIND_MALFORMED,
+    KIND_OPEN,
     KIND_STATS,
     KIND_TABLE,
     KIND_TOMBSTONE,
@@ -107,12 +108,16 @@ def test_decode_and_fold_folds_a_whole_partition_in_the_task_and_reports_its_sid
     (table,) = [r for r in rows if r["kind"] == KIND_TABLE]
     assert (table["table"], table["count"], table["version"]) == ("shop.products", 2, 7)
     assert table["schema_blob"] is not None
+    # The partition's last transaction (version 7) created no key: nothing left open.
+    (open_,) = [r for r in rows if r["kind"] == KIND_OPEN]
+    assert (open_["version"], open_["keys"]) == (7, b"[]")
     assert {r["kind"] for r in rows} == {
         KIND_CHANGE,
         KIND_STATS,
         KIND_TABLE,
         KIND_TOMBSTONE,
         KIND_MALFORMED,
+        KIND_OPEN,
     }
 
 

@@ -87,6 +87,11 @@ class Change:
     # null for both, `schema.unavailable`). Never filled from an older change: only Postgres
     # can tell (job.unavailable reads it).
     uncertain_columns: frozenset[str] = frozenset()
+    # Debezium's `source.txId`, kept only for the changes of the first transaction streamed
+    # after a snapshot (`source.sequence` `[null, lsn]`): versioned by their own positions, they
+    # differ in version within their transaction, and this tells they are one (job.fold). None
+    # for every other change: its version (the commit before its transaction) identifies it.
+    transaction: int | None = None
 
     @property
     def is_delete(self) -> bool:

@@ -197,8 +197,19 @@ def _parse_payload(
     table = _table_from_source(source, coordinates)
     ts_ms = source.get("ts_ms") if isinstance(source.get("ts_ms"), int) else None
     position = _own_position(source)
+    transaction = _first_transaction_id(source)
     if op is Op.DELETE:
-        return Change(table, key, op, version, None, coordinates, ts_ms, position=position)
+        return Change(
+            table,
+            key,
+            op,
+            version,
+            None,
+            coordinates,
+            ts_ms,
+            position=position,
+            transaction=transaction,
+        )
     point = version if _is_snapshot_row(source) and _without_last_commit(source) else None
     after = payload.get("after")
     if not isinstance(after, dict):
@@ -230,6 +241,7 @@ def _parse_payload(
         position=position,
         snapshot_point=point,
         uncertain_columns=uncertain,
+        transaction=transaction,
     )
 
 
@@ -271,6 +283,18 @@ def commit_order_version(source: Mapping[str, Any], floor: int = 0) -> int | Non
         first_after_snapshot = bool(sequence) and not _is_snapshot_row(source)
         return max(lsn, floor) if first_after_snapshot else lsn
     return sequence[-1] if sequence and sequence[-1] is not None else None
+
+
+def _first_transaction_id(source: Mapping[str, Any]) -> int | None:
+    """`source.txId` of a change of the first transaction streamed after a snapshot (`[null,
+    lsn]`, versioned by its own position: `commit_order_version`), else None. Its changes
+    differ in version; the id tells they are one transaction (job.fold)."""
+    tx_id = source.get("txId")
+    if not isinstance(tx_id, int) or isinstance(tx_id, bool) or _is_snapshot_row(source):
+        return None
+    if not _without_last_commit(source) or _own_position(source) is None:
+        return None
+    return tx_id
 
 
 def _without_last_commit(source: Mapping[str, Any]) -> bool:

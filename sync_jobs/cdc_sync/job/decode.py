@@ -9,31 +9,35 @@ decode_and_fold: both, within one input partition, with no shuffle: Debezium key
 records by primary key, so every change of a key sits in one Kafka partition, which the Kafka
 source reads as one Spark partition (see `job.stream`). Besides the folded changes it yields the
 partition's side rows for the driver: rejected records, truncates, per-table schemas and record
-counts.
+counts, and the keys its last transaction left open for the next batch (job.open_transactions).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import pickle
 import uuid
 from collections import defaultdict
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from cdc_sync.core.model import (
+    UNVERSIONED,
     Change,
     Coordinates,
     KnownSchemas,
+    Op,
     Tombstone,
     Truncate,
     tombstone_delete,
 )
 from cdc_sync.debezium.decoder import MalformedRecord, parse_record, table_from_topic
-from cdc_sync.job.fold import fold_key
+from cdc_sync.job.batch_state import Where
+from cdc_sync.job.fold import OpenTransaction, Transaction, fold_key, left_open
 
 KIND_CHANGE = "change"
 KIND_TOMBSTONE = "tombstone"  # a tombstone the table's policy does not apply (skip / fail)
@@ -43,6 +47,7 @@ KIND_MALFORMED = "malformed"
 KIND_TRUNCATE = "truncate"  # a table's TRUNCATE: applied by the driver before the writes
 KIND_STATS = "stats"  # records of one kind read from one topic-partition, and the last offset
 KIND_TABLE = "table"  # per table: its folded changes, the newest one's schema (schema policy)
+KIND_OPEN = "open"  # per partition: its last transaction and the keys it created (job.fold)
 
 DECODED_SCHEMA = pa.schema(
     [
@@ -57,6 +62,8 @@ DECODED_SCHEMA = pa.schema(
         pa.field("floor", pa.int64()),  # Change.snapshot_point: the partition's floor
         pa.field("ts", pa.int64()),  # Change.source_ts_ms: the console's lag, heartbeats too
         pa.field("position", pa.int64()),  # a truncate's own WAL position (Truncate.fence)
+        pa.field("op", pa.string()),  # Change.op
+        pa.field("transaction", pa.int64()),  # Change.transaction
         pa.field("change", pa.binary()),
         pa.field("schema_fp", pa.string()),
         pa.field("schema_blob", pa.binary()),
@@ -141,6 +148,8 @@ def _change_columns(change: Change, seen: set[str], kind: str = KIND_CHANGE) -> 
         "table": str(change.table),
         "doc_id": change.doc_id,
         "version": change.version,
+        "op": change.op.value,
+        "transaction": change.transaction,
         "bound": change.commit_bound,
         "floor": change.snapshot_point,
         "ts": change.source_ts_ms,
@@ -200,44 +209,56 @@ def load_change(row: dict[str, object]) -> Change:
     return change
 
 
-def fold_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+def fold_batches(
+    batches: Iterator[pa.RecordBatch], open_keys: OpenKeys | None = None
+) -> Iterator[pa.RecordBatch]:
     """Input sorted by key (then version); a key's changes may span Arrow batches. A key is
-    (table, doc_id): doc ids are injective per table (DESIGN.md)."""
+    (table, doc_id): doc ids are injective per table (DESIGN.md). `open_keys`: what the batch
+    before left open, and where this batch's open keys are collected."""
+    keys = open_keys or OpenKeys({}, {})
     pending: list[dict[str, object]] = []
     group: list[dict[str, object]] = []
     for batch in batches:
         for row in batch.to_pylist():
             if group and (group[0]["table"], group[0]["doc_id"]) != (row["table"], row["doc_id"]):
-                pending.append(_folded_group(group))
+                pending.append(_folded_group(group, keys))
                 group = []
             group.append(row)
         if len(pending) >= 4096:
             yield pa.RecordBatch.from_pylist(pending, schema=DECODED_SCHEMA)
             pending = []
     if group:
-        pending.append(_folded_group(group))
+        pending.append(_folded_group(group, keys))
     if pending:
         yield pa.RecordBatch.from_pylist(pending, schema=DECODED_SCHEMA)
 
 
 # A decoded change row's columns that a folded row carries as they are.
 FOLDED_COLUMNS = ("topic", "partition", "offset", "table", "doc_id", "version", "bound", "change",
-                  "schema_fp")  # fmt: skip
+                  "schema_fp", "op", "transaction")  # fmt: skip
 
 
-def _folded_group(rows: list[dict[str, object]]) -> dict[str, object]:
-    if len(rows) == 1:
+def _folded_group(rows: list[dict[str, object]], open_keys: OpenKeys) -> dict[str, object]:
+    where = (str(rows[0]["topic"]), int(str(rows[0]["partition"])))
+    doc_id = str(rows[0]["doc_id"])
+    carried = open_keys.carried_for(where, doc_id)
+    if len(rows) == 1 and carried is None:
         # A key changed once in the batch (every key of a snapshot): folding leaves the change
         # as it is, so its decoded row is its folded row, without unpickling and pickling it.
-        return {"kind": KIND_CHANGE} | {name: rows[0][name] for name in FOLDED_COLUMNS}
+        row = rows[0]
+        open_keys.note_one(where, doc_id, row)
+        return {"kind": KIND_CHANGE} | {name: row[name] for name in FOLDED_COLUMNS}
     group = [load_change(row) for row in rows]
     fingerprints = {c.coordinates: row["schema_fp"] for c, row in zip(group, rows, strict=True)}
-    state = fold_key(group)
+    state = fold_key(group, carried)
+    open_keys.note(where, doc_id, state, group, carried)
     source = state
-    if state.resolve_from_source:  # read as a whole row: it travels with the create's schema
+    if state.resolve_from_source:  # read as a whole row: with the create's schema, if here
+        transaction = Transaction.of(state)
         source = max(
-            (c for c in group if not c.is_delete and c.version == state.version),
+            (c for c in group if not c.is_delete and transaction.holds(c)),
             key=lambda c: c.coordinates.position,
+            default=state,  # created in an earlier batch: the table's schema (job.unavailable)
         )
     return _folded_row(state, fingerprints.get(source.coordinates))
 
@@ -254,7 +275,97 @@ def _folded_row(change: Change, schema_fp: object) -> dict[str, object]:
         "bound": change.commit_bound,
         "change": pickle.dumps(change, protocol=5),
         "schema_fp": schema_fp,
+        "op": change.op.value,
+        "transaction": change.transaction,
     }
+
+
+class OpenKeys:
+    """Per partition of one batch: the open transaction the batch before left (`carried`), this
+    batch's last transaction (`tails`, job.fold.OpenTransaction), and the keys it leaves open."""
+
+    def __init__(
+        self, carried: Mapping[Where, OpenTransaction], tails: Mapping[Where, Transaction]
+    ) -> None:
+        self.carried = carried
+        self.tails = tails
+        self.opened: dict[Where, set[str]] = defaultdict(set)
+        self.folded: dict[Where, set[str]] = defaultdict(set)  # of the carried partitions
+
+    def carried_for(self, where: Where, doc_id: str) -> Transaction | None:
+        open_ = self.carried.get(where)
+        return open_.carried(doc_id) if open_ is not None else None
+
+    def note(
+        self,
+        where: Where,
+        doc_id: str,
+        state: Change,
+        changes: Sequence[Change],
+        carried: Transaction | None,
+    ) -> None:
+        if where in self.carried:
+            self.folded[where].add(doc_id)
+        tail = self.tails.get(where)
+        if tail is not None and left_open(state, changes, tail, carried):
+            self.opened[where].add(doc_id)
+
+    def note_one(self, where: Where, doc_id: str, row: dict[str, object]) -> None:
+        """A key with one change in the batch, not carried: open if it is the tail's create."""
+        if where in self.carried:
+            self.folded[where].add(doc_id)
+        tail = self.tails.get(where)
+        version, txid = row["version"], row["transaction"]
+        assert isinstance(version, int) and (txid is None or isinstance(txid, int))
+        if tail is not None and row["op"] == Op.CREATE.value and tail.matches(version, txid):
+            self.opened[where].add(doc_id)
+
+    def rows(self) -> list[dict[str, object]]:
+        """One side row per partition with a versioned change in the batch: its last transaction
+        and the keys left open (a carried key this batch did not touch stays open while the
+        transaction goes on)."""
+        rows: list[dict[str, object]] = []
+        for (topic, partition), tail in sorted(self.tails.items()):
+            keys = set(self.opened.get((topic, partition), ()))
+            before = self.carried.get((topic, partition))
+            if before is not None and before.transaction.same_as(tail):
+                keys |= before.keys - self.folded.get((topic, partition), set())
+            rows.append(
+                {
+                    "kind": KIND_OPEN,
+                    "topic": topic,
+                    "partition": partition,
+                    "version": tail.version,
+                    "transaction": tail.txid,
+                    "keys": json.dumps(sorted(keys)).encode(),
+                }
+            )
+        return rows
+
+
+def open_transaction(row: Mapping[str, object]) -> OpenTransaction:
+    """A `KIND_OPEN` side row, read back on the driver."""
+    keys = row["keys"]
+    assert isinstance(keys, bytes)
+    version, txid = row["version"], row["transaction"]
+    assert isinstance(version, int)
+    assert txid is None or isinstance(txid, int)
+    return OpenTransaction(Transaction(version, txid), frozenset(json.loads(keys)))
+
+
+def last_transactions(decoded: pa.Table) -> dict[Where, Transaction]:
+    """Per partition, the transaction of its last versioned change in Kafka order."""
+    last: dict[Where, tuple[int, int, int | None]] = {}
+    columns = decoded.select(["topic", "partition", "offset", "version", "transaction"])
+    for topic, partition, offset, version, txid in zip(
+        *(columns[name].to_pylist() for name in columns.column_names), strict=True
+    ):
+        if version is None or version == UNVERSIONED:
+            continue
+        known = last.get((topic, partition))
+        if known is None or offset > known[0]:
+            last[(topic, partition)] = (offset, version, txid)
+    return {where: Transaction(version, txid) for where, (_, version, txid) in last.items()}
 
 
 def decode_and_fold(
@@ -262,11 +373,14 @@ def decode_and_fold(
     known: KnownSchemas | None = None,
     tombstone_deletes: frozenset[str] | None = None,
     floors: Mapping[tuple[str, int], int] | None = None,
+    open_transactions: Mapping[Where, OpenTransaction] | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """One input partition: its records decoded, its changes folded per key (sorted here, in
     the task: no shuffle), then its side rows. A folded change's schema travels as a
     fingerprint; the first row of each fingerprint carries the pickled schema. `floors`: see
-    `decode_batches`; the stats rows carry each partition's highest snapshot point."""
+    `decode_batches`; the stats rows carry each partition's highest snapshot point.
+    `open_transactions`: what the batch before left open per partition (job.open_transactions);
+    a `KIND_OPEN` side row per partition tells what this batch leaves."""
     decoded = pa.Table.from_batches(
         list(decode_batches(batches, known, tombstone_deletes, floors)), schema=DECODED_SCHEMA
     )
@@ -274,6 +388,7 @@ def decode_and_fold(
         return
     is_change = pc.is_in(decoded["kind"], pa.array(CHANGE_KINDS))
     changes = decoded.filter(is_change).sort_by(FOLD_ORDER)
+    open_keys = OpenKeys(open_transactions or {}, last_transactions(changes))
     blobs = {
         fp: blob
         for fp, blob in zip(
@@ -287,7 +402,7 @@ def decode_and_fold(
     folded: dict[str, int] = defaultdict(int)  # per table, its folded changes
     keys: dict[str, list[str]] = defaultdict(list)  # per table, its folded keys (doc ids)
     where: dict[str, tuple[str, int]] = {}  # per table, the (topic, partition) read
-    for batch in fold_batches(iter(changes.to_batches())):
+    for batch in fold_batches(iter(changes.to_batches()), open_keys):
         rows = batch.to_pylist()
         for row in rows:
             fingerprint = row["schema_fp"]
@@ -320,6 +435,7 @@ def decode_and_fold(
         }
         for table, (version, fingerprint) in newest.items()
     ]
+    side += open_keys.rows()
     side += _stats_rows(decoded, uuid.uuid4().hex)
     yield pa.RecordBatch.from_pylist(side, schema=FOLDED_SCHEMA)
 

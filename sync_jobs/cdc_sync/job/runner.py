@@ -37,6 +37,7 @@ from cdc_sync.job.metrics_export import (
     ConnectorStatus,
     MetricsEndpoint,
 )
+from cdc_sync.job.open_transactions import FileOpenTransactions
 from cdc_sync.job.query_progress import log_previous_batch
 from cdc_sync.job.schema_store import FileSchemaStore
 from cdc_sync.job.status_file import StatusRecorder
@@ -290,6 +291,7 @@ class SyncJob:
             catalog_schemas(mapping, self.database),
             FileVersionFloors.beside_checkpoint(options.checkpoint_dir),
             small_batches(options, self.source),
+            FileOpenTransactions.beside_checkpoint(options.checkpoint_dir),
         )
         every = options.maintain_every_batches
         self.upkeep = EveryNBatches(every, self.maintain) if every else None

@@ -33,11 +33,20 @@ from cdc_sync.job.applier import BatchApplier, BatchMetrics, Rejected
 from cdc_sync.job.batch_phases import SmallBatches, SparkPhases
 from cdc_sync.job.decode import (
     KIND_CHANGE,
+    KIND_OPEN,
     KIND_STATS,
     KIND_TABLE,
     KIND_TOMBSTONE_DELETE,
     KIND_TRUNCATE,
     decode_and_fold,
+    open_transaction,
+)
+from cdc_sync.job.fold import OpenTransaction
+from cdc_sync.job.open_transactions import (
+    FileOpenTransactions,
+    OpenTransactions,
+    StoredOpenTransactions,
+    carried_on,
 )
 from cdc_sync.job.schema_changes import SchemaState
 from cdc_sync.job.table_writes import TableWrite
@@ -62,6 +71,7 @@ class MicroBatchProcessor:
         known: KnownSchemas | None = None,
         floors_store: FileVersionFloors | None = None,
         small: SmallBatches | None = None,
+        open_store: FileOpenTransactions | None = None,
     ) -> None:
         self.applier = applier
         self.spec = spec
@@ -73,6 +83,9 @@ class MicroBatchProcessor:
         # Highest snapshot point per partition (job.version_floors), kept beside the checkpoint.
         self.floors_store = floors_store
         self.floors = floors_store.load() if floors_store is not None else StoredFloors()
+        # Per partition, the keys the last transaction created (job.open_transactions).
+        self.open_store = open_store
+        self.open = open_store.load() if open_store is not None else StoredOpenTransactions()
         # Which batches run on the driver (batch_phases); None: every batch on the executors.
         self.small = small
 
@@ -81,11 +94,13 @@ class MicroBatchProcessor:
 
     def process(self, batch: DataFrame, batch_id: int) -> BatchMetrics:
         floors = self.floors.for_batch(batch_id)
+        open_before = self.open.for_batch(batch_id)
         decode_fold = partial(
             decode_and_fold,
             known=self.known,
             tombstone_deletes=self.tombstone_deletes,
             floors=floors,
+            open_transactions=open_before,
         )
         phases = self.small.phases(batch, batch_id) if self.small else SparkPhases(batch)
         # On the driver the row sinks are written like Delta: every (table, sink) at once,
@@ -125,6 +140,7 @@ class MicroBatchProcessor:
             driver_sinks,
         )
         self._keep_floors(batch_id, floors, summary.floors)
+        self._keep_open(batch_id, open_before, summary.open)
         return metrics
 
     def _keep_floors(self, batch_id: int, before: Floors, points: Floors) -> None:
@@ -132,6 +148,17 @@ class MicroBatchProcessor:
         self.floors = StoredFloors(batch_id, before, raised(before, points))
         if self.floors_store is not None:
             self.floors_store.save(self.floors)
+
+    def _keep_open(
+        self,
+        batch_id: int,
+        before: OpenTransactions,
+        reported: dict[tuple[str, int], OpenTransaction],
+    ) -> None:
+        """As the floors: what the next batch starts from, what a re-run of this one does."""
+        self.open = StoredOpenTransactions(batch_id, before, carried_on(before, reported))
+        if self.open_store is not None:
+            self.open_store.save(self.open)
 
     def _write_plan(
         self,
@@ -175,6 +202,8 @@ class SideRows:
         self.source_ts_ms: int | None = None  # newest source commit time (job.console)
         self.rejected: list[Rejected] = []
         self.truncates: list[Truncate] = []  # applied on the driver before the writes
+        # Per partition, its last transaction and the keys it left open (job.open_transactions).
+        self.open: dict[tuple[str, int], OpenTransaction] = {}
         self.compacted = 0
         self.schemas: dict[TableId, RowSchema | None] = {}
         newest: dict[TableId, int] = {}
@@ -207,6 +236,8 @@ class SideRows:
                     self.schemas[table] = schema
             elif row["kind"] == KIND_TRUNCATE:
                 self.truncates.append(_truncate(row))
+            elif row["kind"] == KIND_OPEN:
+                self.open[(row["topic"], row["partition"])] = open_transaction(row)
             else:
                 self.rejected.append(_rejected(row))
         split = sorted(where for where, tasks in readers.items() if len(tasks) > 1)

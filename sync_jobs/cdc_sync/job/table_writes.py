@@ -82,7 +82,7 @@ def write_table(
         changes = kept
     if filler is not None:
         started = time.monotonic()
-        changes, written.gone = filler.fill(route.table, changes)
+        changes, written.gone = filler.fill(route.table, changes, schema.schema)
         written.seconds["fill"] = time.monotonic() - started
     routed = [route.route(schema.conform(change)) for change in changes]
     for change in changes:

@@ -50,8 +50,14 @@ class SourceFiller:
         self.modes = modes
         self._conn: psycopg.Connection[Any] | None = None
 
-    def fill(self, table: TableId, changes: Sequence[Change]) -> tuple[list[Change], int]:
-        """The changes with every placeholder filled, and how many were left out (gone)."""
+    def fill(
+        self, table: TableId, changes: Sequence[Change], schema: RowSchema | None = None
+    ) -> tuple[list[Change], int]:
+        """The changes with every placeholder filled, and how many were left out (gone).
+        `schema`: the table's accepted one, which a delete to settle is read with when it
+        travels without one (the key's create was in an earlier batch: job.fold)."""
+        if schema is not None:
+            changes = [_with_schema(change, schema) for change in changes]
         pending = [c for c in changes if needs_source(c)]
         if not pending:
             return list(changes), 0
@@ -125,6 +131,14 @@ def _by_schema(pending: Sequence[Change]) -> list[tuple[RowSchema, list[Change]]
 
 def _columns(schema: RowSchema, names: Sequence[str]) -> list[Column]:
     return [schema.column(name) for name in names]
+
+
+def _with_schema(change: Change, schema: RowSchema) -> Change:
+    if not change.resolve_from_source or change.schema is not None:
+        return change
+    if not all(name in schema.names for name, _ in change.key):
+        return change  # no usable schema yet: settled by another change's, or left a delete
+    return dataclasses.replace(change, schema=schema)
 
 
 def _settled(delete: Change, values: dict[str, Any] | None) -> Change:

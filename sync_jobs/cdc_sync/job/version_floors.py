@@ -10,113 +10,63 @@ that followed it. Decoding scans each partition in offset order and needs the po
 records already processed by earlier micro-batches: `<checkpoint>/cdc_sync_versions.json`
 holds them.
 
-It belongs to the checkpoint like the offsets: a new checkpoint replays the topics from the
-start and rebuilds it. It is saved after every sink acknowledged a batch and before Spark
-commits the batch's offsets, with the batch id and the floors the batch started from: a batch
-that re-runs after a crash in between (Spark re-runs it under the same id) starts from those
-again. Starting it from floors that include its own records would lift its first transaction
-after a snapshot to the point of a later snapshot in the same batch, above a transaction in
-between (a delete, say), which could then lose to the older change of a key both touched.
+Kept like all per-partition state a batch hands to the next (job.batch_state): saved after
+every sink acknowledged a batch and before Spark commits its offsets, with the batch id and the
+floors the batch started from, which a re-run of that batch (after a crash in between) starts
+from again. Starting it from floors that include its own records would lift its first
+transaction after a snapshot to the point of a later snapshot in the same batch, above a
+transaction in between (a delete, say), which could then lose to the older change of a key
+both touched.
+
 Format 1 held the highest version of any record (before streamed copies of the first
 transaction could be told apart); it is dropped on load, with a warning.
 """
 
 from __future__ import annotations
 
-import json
-import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from cdc_sync.core.files import write_atomically
-
-log = logging.getLogger(__name__)
+from cdc_sync.job.batch_state import PerBatch, PerBatchFile
 
 FILE_NAME = "cdc_sync_versions.json"
 FORMAT = 2
-DROPPED_FORMATS = (1,)  # highest versions, not snapshot points: unusable as floors
+DROPPED_FORMATS = {  # highest versions, not snapshot points: unusable as floors
+    1: "version floors of an earlier release (format 1) dropped; a snapshot whose rows were "
+    "applied before this start does not lift a transaction streamed after it (`cdc-sync verify` "
+    "finds such a row)",
+}
 
 Floors = dict[tuple[str, int], int]  # (topic, partition) -> highest snapshot point seen
-
-
-@dataclass(frozen=True)
-class StoredFloors:
-    """The floors after batch `batch_id`, and the ones that batch started from."""
-
-    batch_id: int | None = None
-    before: Floors = field(default_factory=dict)
-    after: Floors = field(default_factory=dict)
-
-    def for_batch(self, batch_id: int) -> Floors:
-        """What batch `batch_id` starts from: a re-run of the stored batch starts where it did."""
-        return dict(self.before if batch_id == self.batch_id else self.after)
+StoredFloors = PerBatch[int]  # the floors after a batch, and the ones it started from
 
 
 class VersionFloorsCorrupt(RuntimeError):
     """A stored floors file that cannot be read; the message names the file."""
 
 
-class FileVersionFloors:
+class FileVersionFloors(PerBatchFile[int]):
     def __init__(self, path: Path) -> None:
-        self.path = path
+        super().__init__(
+            path,
+            FORMAT,
+            lambda version: {"version": version},
+            _version,
+            VersionFloorsCorrupt,
+            "version floors are unreadable ({error}); restore the file, or delete it (the first "
+            "transaction after a snapshot may then be fenced by snapshot rows read in an earlier "
+            "batch: `cdc-sync verify` finds such rows)",
+            DROPPED_FORMATS,
+        )
 
     @classmethod
     def beside_checkpoint(cls, checkpoint_dir: Path) -> FileVersionFloors:
         return cls(checkpoint_dir / FILE_NAME)
 
-    def load(self) -> StoredFloors:
-        try:
-            text = self.path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            return StoredFloors()
-        try:
-            document = json.loads(text)
-            if document.get("format") in DROPPED_FORMATS:
-                log.warning(
-                    "%s: version floors of an earlier release (format %s) dropped; a snapshot "
-                    "whose rows were applied before this start does not lift a transaction "
-                    "streamed after it (`cdc-sync verify` finds such a row)",
-                    self.path,
-                    document["format"],
-                )
-                return StoredFloors()
-            if document.get("format") != FORMAT:
-                raise ValueError(f"expected format {FORMAT}")
-            return StoredFloors(
-                int(document["batch"]),
-                _floors(document["before"]),
-                _floors(document["after"]),
-            )
-        except (ValueError, KeyError, TypeError, AttributeError) as error:
-            raise VersionFloorsCorrupt(
-                f"{self.path}: version floors are unreadable ({error}); restore the file, or "
-                "delete it (the first transaction after a snapshot may then be fenced by "
-                "snapshot rows read in an earlier batch: `cdc-sync verify` finds such rows)"
-            ) from error
 
-    def save(self, stored: StoredFloors) -> None:
-        document = {
-            "format": FORMAT,
-            "batch": stored.batch_id,
-            "before": _entries(stored.before),
-            "after": _entries(stored.after),
-        }
-        write_atomically(self.path, json.dumps(document, indent=1) + "\n")
-
-
-def _entries(floors: Mapping[tuple[str, int], int]) -> list[dict[str, object]]:
-    return [
-        {"topic": topic, "partition": partition, "version": version}
-        for (topic, partition), version in sorted(floors.items())
-    ]
-
-
-def _floors(entries: list[dict[str, object]]) -> Floors:
-    return {
-        (str(entry["topic"]), int(str(entry["partition"]))): int(str(entry["version"]))
-        for entry in entries
-    }
+def _version(entry: Mapping[str, Any]) -> int:
+    return int(str(entry["version"]))
 
 
 def raised(floors: Mapping[tuple[str, int], int], seen: Mapping[tuple[str, int], int]) -> Floors:
