@@ -43,6 +43,9 @@ KIND_MALFORMED = "malformed"
 KIND_TRUNCATE = "truncate"  # a table's TRUNCATE: applied by the driver before the writes
 KIND_STATS = "stats"  # records of one kind read from one topic-partition, and the last offset
 KIND_TABLE = "table"  # per table: its folded changes, the newest one's schema (schema policy)
+# The last row of a table's full snapshot (Change.ends_snapshot): besides its change, a side row
+# the driver applies like a truncate at the snapshot's version (job.truncates).
+KIND_SNAPSHOT_END = "snapshot_end"
 
 DECODED_SCHEMA = pa.schema(
     [
@@ -57,6 +60,7 @@ DECODED_SCHEMA = pa.schema(
         pa.field("floor", pa.int64()),  # Change.snapshot_point: the partition's floor
         pa.field("ts", pa.int64()),  # Change.source_ts_ms: the console's lag, heartbeats too
         pa.field("position", pa.int64()),  # a truncate's own WAL position (Truncate.fence)
+        pa.field("ends_snapshot", pa.bool_()),  # Change.ends_snapshot (KIND_SNAPSHOT_END)
         pa.field("change", pa.binary()),
         pa.field("schema_fp", pa.string()),
         pa.field("schema_blob", pa.binary()),
@@ -144,6 +148,7 @@ def _change_columns(change: Change, seen: set[str], kind: str = KIND_CHANGE) -> 
         "bound": change.commit_bound,
         "floor": change.snapshot_point,
         "ts": change.source_ts_ms,
+        "ends_snapshot": change.ends_snapshot,
         "change": pickle.dumps(dataclasses.replace(change, schema=None), protocol=5),
     }
     if change.schema is not None:
@@ -306,6 +311,7 @@ def decode_and_fold(
                 newest[table] = (version, fingerprint)
         yield pa.RecordBatch.from_pylist(rows, schema=FOLDED_SCHEMA)
     side = decoded.filter(pc.invert(is_change)).to_pylist()
+    side += _snapshot_end_rows(decoded)
     side += [
         {
             "kind": KIND_TABLE,
@@ -322,6 +328,14 @@ def decode_and_fold(
     ]
     side += _stats_rows(decoded, uuid.uuid4().hex)
     yield pa.RecordBatch.from_pylist(side, schema=FOLDED_SCHEMA)
+
+
+def _snapshot_end_rows(decoded: pa.Table) -> list[dict[str, object]]:
+    """A side row per table snapshot that ended in this partition (its last row's coordinates
+    and version); the row itself is folded like any change."""
+    ended = decoded.filter(pc.fill_null(decoded["ends_snapshot"], False))
+    columns = ["table", "version", "topic", "partition", "offset"]
+    return [row | {"kind": KIND_SNAPSHOT_END} for row in ended.select(columns).to_pylist()]
 
 
 def key_hashes(doc_ids: list[str]) -> bytes:
