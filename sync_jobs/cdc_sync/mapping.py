@@ -32,6 +32,15 @@ class OnMalformed(StrEnum):
     DEAD_LETTER = "dead_letter"
 
 
+class OnSnapshotEnd(StrEnum):
+    # A full snapshot of a table (initial, or after lost offsets) is the whole table at its
+    # point: rows the sinks hold older than it that it did not write are gone (job.truncates).
+    SWEEP = "sweep"
+    # For snapshots that read only part of a table (`snapshot.select.statement.overrides`, a
+    # blocking snapshot with `additional-conditions`): sweeping would remove the rest.
+    KEEP = "keep"
+
+
 class SchemaSource(StrEnum):
     ENVELOPE = "envelope"  # JsonConverter schemas.enable=true: each record carries its schema
     CATALOG = "catalog"  # schemas.enable=false: types read from the Postgres catalog at start
@@ -48,6 +57,7 @@ class Policies:
     on_tombstone: OnTombstone = OnTombstone.DELETE
     on_malformed: OnMalformed = OnMalformed.FAIL
     on_schema_change: OnSchemaChange = OnSchemaChange.FAIL
+    on_snapshot_end: OnSnapshotEnd = OnSnapshotEnd.SWEEP
 
 
 @dataclass(frozen=True)
@@ -196,6 +206,7 @@ _POLICY_ENUMS: dict[str, type[StrEnum]] = {
     "on_tombstone": OnTombstone,
     "on_malformed": OnMalformed,
     "on_schema_change": OnSchemaChange,
+    "on_snapshot_end": OnSnapshotEnd,
 }
 
 

@@ -4,7 +4,13 @@ import pytest
 
 from cdc_sync.core.errors import ConfigError
 from cdc_sync.core.model import TableId
-from cdc_sync.mapping import OnMalformed, OnSchemaChange, OnTombstone, load_mapping
+from cdc_sync.mapping import (
+    OnMalformed,
+    OnSchemaChange,
+    OnSnapshotEnd,
+    OnTombstone,
+    load_mapping,
+)
 
 pytestmark = pytest.mark.unit
 REPO = Path(__file__).resolve().parents[2]
@@ -47,6 +53,7 @@ def test_bad_input_policies_default_to_fail_and_tombstones_to_delete(tmp_path: P
     assert policies.on_tombstone is OnTombstone.DELETE
     assert policies.on_malformed is OnMalformed.FAIL
     assert policies.on_schema_change is OnSchemaChange.FAIL
+    assert policies.on_snapshot_end is OnSnapshotEnd.SWEEP
 
 
 @pytest.mark.parametrize(
@@ -62,6 +69,11 @@ def test_bad_input_policies_default_to_fail_and_tombstones_to_delete(tmp_path: P
             "source: {topic_prefix: p}\ntables:\n  a.b: {on_tombstone: drop}\n",
             "tables.a.b.on_tombstone",
             "'drop' is not one of delete, skip, fail",
+        ),
+        (
+            "source: {topic_prefix: p}\ntables:\n  a.b: {on_snapshot_end: drop}\n",
+            "tables.a.b.on_snapshot_end",
+            "'drop' is not one of sweep, keep",
         ),
         ("source: {topic_prefix: p}\ntables:\n  nodot: {}\n", "tables.nodot", "<schema>.<table>"),
         ("tables: {}\n", "source.topic_prefix", "non-empty string"),

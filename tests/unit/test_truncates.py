@@ -31,7 +31,14 @@ from cdc_sync.job.truncates import (
     TruncateFencesCorrupt,
     newest_per_table,
 )
-from cdc_sync.mapping import CacheRoute, DeltaRoute, Policies, SearchRoute, TableRoute
+from cdc_sync.mapping import (
+    CacheRoute,
+    DeltaRoute,
+    OnSnapshotEnd,
+    Policies,
+    SearchRoute,
+    TableRoute,
+)
 from cdc_sync.schema import Column, ColumnType, RowSchema, TypeKind
 from cdc_sync.sinks.base import WriteResult
 from cdc_sync.sinks.delta.actions import truncate_predicate
@@ -298,3 +305,97 @@ def test_a_batch_truncates_before_its_writes_and_drops_what_the_truncate_removed
         schema_fps=[None, None],
     )
     assert sink.events == [("apply", [("1", 7000)])]
+
+
+# --- the end of a table's full snapshot ---------------------------------------------------
+
+
+def snapshot_row(id_: int, point: int, marker: str) -> bytes:
+    """A snapshot row as Debezium writes it: op `r`, `[null, point]`, the snapshot marker."""
+    record = json.loads(envelope_bytes("products", "r", point, product(id_)))
+    source = record["payload"]["source"]
+    source["snapshot"] = marker
+    source["sequence"] = json.dumps([None, point])
+    return json.dumps(record).encode()
+
+
+def snapshot_batch(markers: Sequence[str], point: int = 9000) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pydict(
+        {
+            "key": [key_bytes("products", {"id": i}) for i in range(len(markers))],
+            "value": [snapshot_row(i, point, m) for i, m in enumerate(markers)],
+            "topic": ["cdc.shop.products"] * len(markers),
+            "partition": [0] * len(markers),
+            "offset": list(range(len(markers))),
+        }
+    )
+
+
+@pytest.mark.parametrize("marker", ["last_in_data_collection", "last"])
+def test_the_last_row_of_a_tables_snapshot_also_ends_the_snapshot(marker: str) -> None:
+    rows = [
+        r
+        for out in decode_and_fold(iter([snapshot_batch(["first", "true", marker])]))
+        for r in out.to_pylist()
+    ]
+    stats = {r["counted"]: r["count"] for r in rows if r["kind"] == KIND_STATS}
+    assert stats == {KIND_CHANGE: 3}  # the row is a change; its end is no record of its own
+    assert sum(1 for r in rows if r["kind"] == KIND_CHANGE) == 3
+    side = SideRows([r for r in rows if r["kind"] != KIND_CHANGE])
+    assert side.truncates == [Truncate(PRODUCTS, 9000, coords(2), None, snapshot_end=True)]
+    assert side.truncates[0].fence == TruncateFence(9000, -1)  # its own rows are not covered
+    assert not side.truncates[0].fence.covers(change(9000))
+
+
+@pytest.mark.parametrize("markers", [["first", "true"], ["incremental", "incremental"]])
+def test_rows_that_do_not_end_a_full_snapshot_end_nothing(markers: list[str]) -> None:
+    rows = [r for out in decode_and_fold(iter([snapshot_batch(markers)])) for r in out.to_pylist()]
+    assert SideRows([r for r in rows if r["kind"] != KIND_CHANGE]).truncates == []
+
+
+class PolicyTable(OneTable):
+    def __init__(self, policies: Policies) -> None:
+        self.policies = policies
+
+    def route_for(self, table: TableId) -> TableRoute | None:
+        route = super().route_for(table)
+        return None if route is None else dataclasses.replace(route, policies=self.policies)
+
+    def policies_for(self, table: TableId) -> Policies:
+        return self.policies
+
+
+def test_a_snapshot_end_removes_older_rows_unless_the_table_keeps_them() -> None:
+    ended = Truncate(PRODUCTS, 9000, coords(5), None, snapshot_end=True)
+    sinks = [TruncatingSink("search")]
+    swept = TruncateFences()
+    swept.apply(PolicyTable(Policies()), sinks, [ended])  # type: ignore[arg-type]
+    assert sinks[0].truncated == [(PRODUCTS, 9000)]
+    assert swept.fences == {PRODUCTS: TruncateFence(9000, -1)}
+    kept = TruncateFences()
+    sinks = [TruncatingSink("search")]
+    keep = PolicyTable(Policies(on_snapshot_end=OnSnapshotEnd.KEEP))
+    # A real TRUNCATE in the same batch still applies when the snapshot's end is kept.
+    kept.apply(keep, sinks, [truncate(100, 101), ended])  # type: ignore[arg-type]
+    assert sinks[0].truncated == [(PRODUCTS, 100)]
+    assert kept.fences == {PRODUCTS: TruncateFence(100, 101)}
+
+
+def test_a_snapshot_end_sweeps_before_the_batchs_writes_and_is_no_record_of_its_own() -> None:
+    route = products_route()
+    sink = EventSink()
+    applier = BatchApplier(mapping_of(route), [sink], None)
+    row = {"id": 1, "sku": "s", "name": "n", "description": None, "price": None, "in_stock": True}
+    last = change_of(route, "r", 9000, 1, row)  # the table's last snapshot row
+    metrics = applier.apply(
+        1,
+        records=1,
+        changes=1,
+        compacted=[last],
+        rejected=[],
+        schemas={},
+        schema_fps=[None],
+        truncates=[Truncate(PRODUCTS, 9000, coords(1), None, snapshot_end=True)],
+    )
+    assert sink.events == [("truncate", 9000), ("apply", [("1", 9000)])]
+    assert (metrics.truncates, metrics.truncated) == (0, 0) and metrics.reconciles()

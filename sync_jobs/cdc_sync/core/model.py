@@ -92,6 +92,11 @@ class Change:
     # differ in version within their transaction, and this tells they are one (job.fold). None
     # for every other change: its version (the commit before its transaction) identifies it.
     transaction: int | None = None
+    # The last row of its table in a full (initial or blocking) snapshot, Debezium's
+    # `source.snapshot` "last" / "last_in_data_collection": the table's snapshot is complete,
+    # and every row the sinks hold older than it that the snapshot did not write is gone
+    # (job.truncates applies it as a `Truncate` with `snapshot_end`).
+    ends_snapshot: bool = False
 
     @property
     def is_delete(self) -> bool:
@@ -140,6 +145,11 @@ class Truncate:
     coordinates: Coordinates
     position: int | None = None
     source_ts_ms: int | None = None
+    # Not a TRUNCATE statement: the end of a full snapshot of the table at `version` (its
+    # consistent point; `Change.ends_snapshot`). A row the snapshot did not write and no later
+    # change wrote is older than it and gone from Postgres (deleted while capture did not
+    # publish it: a re-snapshot after lost offsets), so it leaves the sinks the same way.
+    snapshot_end: bool = False
 
     @property
     def fence(self) -> TruncateFence:

@@ -242,6 +242,7 @@ def _parse_payload(
         snapshot_point=point,
         uncertain_columns=uncertain,
         transaction=transaction,
+        ends_snapshot=op is Op.READ and source.get("snapshot") in SNAPSHOT_END_MARKERS,
     )
 
 
@@ -307,6 +308,13 @@ def _own_position(source: Mapping[str, Any]) -> int | None:
     if isinstance(lsn, int) and not isinstance(lsn, bool) and lsn >= 0:
         return lsn
     return None
+
+
+# Debezium marks the last row of each table of a full snapshot (initial or blocking)
+# "last_in_data_collection", and the snapshot's very last row "last"; incremental-snapshot rows
+# say "incremental". A table with no rows has no marker, and a one-row first table's row says
+# "first" (docs/known-limits.md).
+SNAPSHOT_END_MARKERS = ("last", "last_in_data_collection")
 
 
 def _is_snapshot_row(source: Mapping[str, Any]) -> bool:

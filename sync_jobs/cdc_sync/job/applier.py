@@ -256,7 +256,8 @@ class BatchApplier:
                     sink.ensure_target(route, route.project_schema(state.schema))
                 self.schemas.targets_ready(table)
             accepted[table] = state
-        metrics.truncates = len(truncates)
+        # A snapshot's end is a row's change too (counted there), not a record of its own.
+        metrics.truncates = sum(1 for t in truncates if not t.snapshot_end)
         if truncates:
             truncate_started = time.monotonic()
             self.truncates.apply(self.mapping, self.sinks, truncates)

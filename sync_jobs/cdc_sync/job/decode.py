@@ -48,6 +48,9 @@ KIND_TRUNCATE = "truncate"  # a table's TRUNCATE: applied by the driver before t
 KIND_STATS = "stats"  # records of one kind read from one topic-partition, and the last offset
 KIND_TABLE = "table"  # per table: its folded changes, the newest one's schema (schema policy)
 KIND_OPEN = "open"  # per partition: its last transaction and the keys it created (job.fold)
+# The last row of a table's full snapshot (Change.ends_snapshot): besides its change, a side row
+# the driver applies like a truncate at the snapshot's version (job.truncates).
+KIND_SNAPSHOT_END = "snapshot_end"
 
 DECODED_SCHEMA = pa.schema(
     [
@@ -64,6 +67,7 @@ DECODED_SCHEMA = pa.schema(
         pa.field("position", pa.int64()),  # a truncate's own WAL position (Truncate.fence)
         pa.field("op", pa.string()),  # Change.op
         pa.field("transaction", pa.int64()),  # Change.transaction
+        pa.field("ends_snapshot", pa.bool_()),  # Change.ends_snapshot (KIND_SNAPSHOT_END)
         pa.field("change", pa.binary()),
         pa.field("schema_fp", pa.string()),
         pa.field("schema_blob", pa.binary()),
@@ -153,6 +157,7 @@ def _change_columns(change: Change, seen: set[str], kind: str = KIND_CHANGE) -> 
         "bound": change.commit_bound,
         "floor": change.snapshot_point,
         "ts": change.source_ts_ms,
+        "ends_snapshot": change.ends_snapshot,
         "change": pickle.dumps(dataclasses.replace(change, schema=None), protocol=5),
     }
     if change.schema is not None:
@@ -421,6 +426,7 @@ def decode_and_fold(
                 newest[table] = (version, fingerprint)
         yield pa.RecordBatch.from_pylist(rows, schema=FOLDED_SCHEMA)
     side = decoded.filter(pc.invert(is_change)).to_pylist()
+    side += _snapshot_end_rows(decoded)
     side += [
         {
             "kind": KIND_TABLE,
@@ -438,6 +444,14 @@ def decode_and_fold(
     side += open_keys.rows()
     side += _stats_rows(decoded, uuid.uuid4().hex)
     yield pa.RecordBatch.from_pylist(side, schema=FOLDED_SCHEMA)
+
+
+def _snapshot_end_rows(decoded: pa.Table) -> list[dict[str, object]]:
+    """A side row per table snapshot that ended in this partition (its last row's coordinates
+    and version); the row itself is folded like any change."""
+    ended = decoded.filter(pc.fill_null(decoded["ends_snapshot"], False))
+    columns = ["table", "version", "topic", "partition", "offset"]
+    return [row | {"kind": KIND_SNAPSHOT_END} for row in ended.select(columns).to_pylist()]
 
 
 def key_hashes(doc_ids: list[str]) -> bytes:

@@ -34,6 +34,7 @@ from cdc_sync.job.batch_phases import SmallBatches, SparkPhases
 from cdc_sync.job.decode import (
     KIND_CHANGE,
     KIND_OPEN,
+    KIND_SNAPSHOT_END,
     KIND_STATS,
     KIND_TABLE,
     KIND_TOMBSTONE_DELETE,
@@ -238,6 +239,8 @@ class SideRows:
                 self.truncates.append(_truncate(row))
             elif row["kind"] == KIND_OPEN:
                 self.open[(row["topic"], row["partition"])] = open_transaction(row)
+            elif row["kind"] == KIND_SNAPSHOT_END:
+                self.truncates.append(_truncate(row, snapshot_end=True))
             else:
                 self.rejected.append(_rejected(row))
         split = sorted(where for where, tasks in readers.items() if len(tasks) > 1)
@@ -279,12 +282,13 @@ def _one_partition_per_key(topic: str, partitions: dict[int, bytes]) -> None:
                 )
 
 
-def _truncate(row: dict[str, Any]) -> Truncate:
+def _truncate(row: dict[str, Any], snapshot_end: bool = False) -> Truncate:
     return Truncate(
         TableId.parse(row["table"]),
         row["version"],
         Coordinates(row["topic"], row["partition"], row["offset"]),
         row.get("position"),
+        snapshot_end=snapshot_end,
     )
 
 

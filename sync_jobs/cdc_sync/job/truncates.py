@@ -1,5 +1,10 @@
 """TRUNCATE on the driver: each sink removes the table's older rows, and the table's fence rises.
 
+The end of a table's full snapshot (`Truncate.snapshot_end`, from the snapshot's last row of the
+table) is applied the same way at the snapshot's version, unless the table's `on_snapshot_end`
+is `keep`: a snapshot taken again after capture lost its offsets does not hold the rows deleted
+in between whose deletes were never published, and nothing else would remove them.
+
 A truncate event (`core.model.Truncate`) carries no key: it is a side row of the decode, applied
 by the driver after the batch's policies and schemas are settled and before any row write
 (`BatchApplier.begin`). Every sink removes the rows it holds for the table whose version is older
@@ -23,7 +28,7 @@ from pathlib import Path
 
 from cdc_sync.core.files import write_atomically
 from cdc_sync.core.model import TableId, Truncate, TruncateFence
-from cdc_sync.mapping import MappingFile
+from cdc_sync.mapping import MappingFile, OnSnapshotEnd
 from cdc_sync.sinks.base import Sink
 
 log = logging.getLogger(__name__)
@@ -87,6 +92,16 @@ def newest_per_table(truncates: Iterable[Truncate]) -> dict[TableId, Truncate]:
     return newest
 
 
+def _applied(mapping: MappingFile, truncates: Sequence[Truncate]) -> list[Truncate]:
+    """Without the snapshot ends of tables whose `on_snapshot_end` is `keep`."""
+    return [
+        t
+        for t in truncates
+        if not t.snapshot_end
+        or mapping.policies_for(t.table).on_snapshot_end is not OnSnapshotEnd.KEEP
+    ]
+
+
 class TruncateFences:
     """The tables' fences, applied to the sinks and kept (in the file, when there is one)."""
 
@@ -101,7 +116,7 @@ class TruncateFences:
         then the fences rise and are saved."""
         removed: dict[str, int] = {}
         raised = False
-        for table, truncate in sorted(newest_per_table(truncates).items()):
+        for table, truncate in sorted(newest_per_table(_applied(mapping, truncates)).items()):
             route = mapping.route_for(table)
             if route is None:
                 continue  # not routed (the heartbeat table, an ignored table)
@@ -109,8 +124,9 @@ class TruncateFences:
                 count = sink.truncate(route, truncate)
                 removed[sink.name] = removed.get(sink.name, 0) + count
                 log.info(
-                    "%s: TRUNCATE %s at version %d: %s removed %d rows",
+                    "%s: %s %s at version %d: %s removed %d rows",
                     truncate.coordinates,
+                    "snapshot end of" if truncate.snapshot_end else "TRUNCATE",
                     table,
                     truncate.version,
                     sink.name,
