@@ -14,13 +14,13 @@ from cdc_sync.core.errors import ConfigError
 from cdc_sync.core.model import UNVERSIONED, Change, Coordinates, Op, TableId
 from cdc_sync.core.types import Column, ColumnType, RowSchema, TypeKind
 from cdc_sync.mapping import TableRoute, load_mapping
+from cdc_sync.schema.arrow import arrow_schema
 from cdc_sync.shape.checks import missing_secrets, shape_problems
 from cdc_sync.shape.rows import marked_deleted, sink_rows
 from cdc_sync.sinks.delta.actions import to_actions as delta_actions
 from cdc_sync.sinks.delta.target import target_schema
 from cdc_sync.sinks.redis.actions import to_actions as cache_actions
 from cdc_sync.sinks.search.actions import to_actions as search_actions
-from cdc_sync.schema.arrow import arrow_schema
 
 pytestmark = pytest.mark.unit
 

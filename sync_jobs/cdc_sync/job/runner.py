@@ -216,7 +216,8 @@ class SyncJob:
         self.connections = connections
         self.options = options
         self.database = source or source_database(connections, mapping.connector)
-        check_shapes(mapping, self.database, converter_modes(mapping))
+        # Hash secrets read once here, carried to the tasks with the routes.
+        mapping = self.mapping = check_shapes(mapping, self.database, converter_modes(mapping))
         # Every sink's retries report here, executor tasks' through the relay: `sink_status()`
         # says which one the job waits for.
         self.health = SinkHealth()

@@ -1,8 +1,11 @@
 """At start: the mapping's shapes (filters, computed fields, hashes) hold against the captured
 tables' columns, and every hash secret is set; else the job does not start, naming the file and
-field path (`mappings validate` reports the same expression problems)."""
+field path (`mappings validate` reports the same expression problems). The hash secrets are
+read here, once, on the driver."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import psycopg
 
@@ -13,10 +16,13 @@ from cdc_sync.schema.catalog import ConverterModes, row_schema_from_catalog
 from cdc_sync.shape.checks import missing_secrets, shape_problems
 
 
-def check_shapes(mapping: MappingFile, source: SourceDatabase, modes: ConverterModes) -> None:
+def check_shapes(
+    mapping: MappingFile, source: SourceDatabase, modes: ConverterModes
+) -> MappingFile:
+    """The mapping with its hash secrets read (carried to the write tasks with the routes)."""
     shaped = [route for route in mapping.tables.values() if route.shapes]
     if not shaped:
-        return
+        return mapping
     for route in shaped:
         for error in missing_secrets(route.shapes):
             raise error
@@ -26,3 +32,8 @@ def check_shapes(mapping: MappingFile, source: SourceDatabase, modes: ConverterM
             for where, message in shape_problems(route, route.shapes, schema):
                 source_file, _, path = where.partition(": ")
                 raise ConfigError(source_file, path, message)
+    bound = {
+        table: replace(route, shapes={s: shape.bound() for s, shape in route.shapes.items()})
+        for table, route in mapping.tables.items()
+    }
+    return replace(mapping, tables=bound)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from cdc_sync.core.errors import ConfigError, FieldReader
@@ -46,8 +46,16 @@ class HashSpec:
     fields: tuple[str, ...]
     secret_env: str
     path: str  # where it is set: `<file>: tables.<t>.<sink>.hash`, for errors
+    # Read once at job start on the driver (`bound`) and carried to the write tasks with the
+    # route, so executors need no environment of their own; never printed.
+    key: bytes | None = field(default=None, repr=False, compare=False)
+
+    def bound(self) -> HashSpec:
+        return replace(self, key=self.secret())
 
     def secret(self) -> bytes:
+        if self.key is not None:
+            return self.key
         value = os.environ.get(self.secret_env)
         if not value:
             raise ConfigError(
@@ -105,6 +113,10 @@ class SinkShape:
         if name in self.drop:
             return False
         return self.columns is None or name in self.columns or name in self.markers
+
+    def bound(self) -> SinkShape:
+        """With the hash secret read (ConfigError naming the field when it is unset)."""
+        return self if self.hash is None else replace(self, hash=self.hash.bound())
 
     def hashed(self, name: str) -> bool:
         return self.hash is not None and name in self.hash.fields
