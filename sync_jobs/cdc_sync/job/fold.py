@@ -50,7 +50,11 @@ def version_tombstones(changes: Sequence[Change]) -> list[Change]:
     versioned: list[Change] = []
     for change in in_log_order:
         if change.is_unversioned and versioned:
-            change = dataclasses.replace(change, version=versioned[-1].version)
+            # ... and dated by it: the commit time of the delete it stands for (soft deletes).
+            before = versioned[-1]
+            change = dataclasses.replace(
+                change, version=before.version, source_ts_ms=before.source_ts_ms
+            )
         versioned.append(change)
     return sorted(versioned, key=order_key)
 

@@ -10,8 +10,9 @@ and batch, whatever the number of sinks and expressions.
 - Soft deletes (`on_delete: soft`): the delete becomes a write, at the delete's version, of the
   key and the markers (deleted, commit time) that keeps every other stored field (the sinks'
   unchanged-TOAST merge); every other write clears the markers, so a re-insert un-deletes and a
-  stale update (older version) is fenced as always. A delete known only from a compacted
-  tombstone has no version to write at: it stays a delete.
+  stale update (older version) is fenced as always. A tombstone without a version (its delete
+  event was in an earlier batch, or compacted away) leaves a soft-delete sink as it is: it has
+  no version to write at, and the delete event before it already marked the row.
 """
 
 from __future__ import annotations
@@ -83,7 +84,8 @@ def sink_changes(
         out = []
         for index, (change, routed_change) in enumerate(zip(changes, routed, strict=True)):
             if routed_change.row is None:
-                out.append(_deleted(projection, shape, routed_change, sink_fields))
+                if not (shape.soft and routed_change.is_unversioned):
+                    out.append(_deleted(projection, shape, routed_change, sink_fields))
             elif FILTER_PREFIX + sink in values and not values[FILTER_PREFIX + sink][index]:
                 out.append(leave(routed_change))
             else:
@@ -214,7 +216,7 @@ def _deleted(
 ) -> Change:
     """A delete as the sink takes it: as it is, or (soft) a write of the key and the markers
     at the delete's version that keeps every other stored field."""
-    if not shape.soft or delete.is_unversioned:
+    if not shape.soft:
         return delete
     deleted, at = shape.markers
     keys = {projection.rename.get(name, name): value for name, value in delete.key}
