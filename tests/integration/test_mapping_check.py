@@ -81,3 +81,43 @@ def test_cli_exit_code(database: str, monkeypatch: pytest.MonkeyPatch, tmp_path:
     with psycopg.connect(database, autocommit=True) as conn:
         conn.execute("ALTER TABLE shop.products ADD COLUMN location point")
     assert main(["mappings", "validate", "--mapping", str(SHOP)]) == 1
+
+
+SHAPED_MAPPING = """
+version: 1
+source: {topic_prefix: cdc}
+tables:
+  shop.customers:
+    search:
+      computed: {full_name2: "upper(full_nam)"}
+    cache:
+      computed: {twice: "id + email"}
+  shop.products:
+    search: {filter: "price"}
+    cache: {hash: {fields: [colour], secret_env: X}}
+ignore: [shop.orders, shop.order_lines, shop.cdc_sync_signal, shop.cdc_sync_heartbeat]
+"""
+
+
+def test_bad_expressions_and_fields_name_the_file_and_field_path(
+    database: str, tmp_path: Path
+) -> None:
+    bad = tmp_path / "shaped.yaml"
+    bad.write_text(SHAPED_MAPPING)
+    with psycopg.connect(database) as conn:
+        findings = [
+            str(f)
+            for f in validate_mapping(
+                load_mapping(bad), conn, load_connector(Path("connectors/shop.json"))
+            )
+        ]
+    expected = [
+        "tables.shop.customers.search.computed.full_name2: Binder Error: Referenced column "
+        '"full_nam" not found',
+        "tables.shop.customers.cache.computed.twice: Binder Error: No function matches",
+        "tables.shop.products.search.filter: a filter is a boolean expression, this is decimal",
+        "tables.shop.products.cache.hash.fields: no field 'colour'",
+    ]
+    for text in expected:
+        assert any(f.startswith(f"{bad}: {text}") for f in findings), (text, findings)
+    assert len(findings) == len(expected), findings

@@ -35,7 +35,8 @@ from cdc_sync.shape.spec import HASH_TYPE, MASK_TYPE, SinkShape
 class Projection(Protocol):
     """The table-level routing (`mapping.TableRoute`): projection and renames."""
 
-    rename: Mapping[str, str]
+    @property
+    def rename(self) -> Mapping[str, str]: ...
 
     def route(self, change: Change) -> Change: ...
 
