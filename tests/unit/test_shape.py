@@ -21,6 +21,7 @@ from cdc_sync.sinks.delta.actions import to_actions as delta_actions
 from cdc_sync.sinks.delta.target import target_schema
 from cdc_sync.sinks.redis.actions import to_actions as cache_actions
 from cdc_sync.sinks.search.actions import to_actions as search_actions
+from cdc_sync.verify.compare import compare_sink
 
 pytestmark = pytest.mark.unit
 
@@ -288,3 +289,20 @@ def test_a_missing_hash_secret_names_the_field_and_never_the_value(
     (error,) = missing_secrets(route.shapes)
     assert error.path == "tables.shop.customers.search.hash.secret_env"
     assert SECRET_ENV in error.message and "email" in error.message
+
+
+def test_verify_expects_a_marked_row_exactly_where_postgres_lacks_it(tmp_path: Path) -> None:
+    route = load(tmp_path)
+    expected = {"1": {"id": "1", "_deleted": False}, "2": {"id": "2", "_deleted": False}}
+    actual = {
+        "1": {"id": "1", "_deleted": False},
+        "2": {"id": "2", "_deleted": True},  # marked, but Postgres holds it: a difference
+        "3": {"id": "3", "_deleted": True},  # marked, Postgres lacks it: as expected
+        "4": {"id": "4", "_deleted": False},  # not marked, Postgres lacks it: extra
+    }
+    result = compare_sink(route, "cache", expected, actual)
+    assert (result.missing, result.extra, result.different) == ([], ["4"], ["2"])
+    assert result.count == 4
+    # A sink without soft deletes counts every row it holds that Postgres lacks.
+    plain = compare_sink(route, "search", expected, actual)
+    assert plain.extra == ["3", "4"]
