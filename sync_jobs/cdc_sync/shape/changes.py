@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -82,6 +83,7 @@ def sink_changes(
             shaped[sink] = routed
             continue
         sink_fields = sink_schema(projection, shape, schema) if schema is not None else None
+        by_schema: dict[int, _Fields] = {}
         out = []
         for index, (change, routed_change) in enumerate(zip(changes, routed, strict=True)):
             if routed_change.row is None:
@@ -94,8 +96,14 @@ def sink_changes(
                     name: values[f"{COMPUTED_PREFIX}{sink}__{name}"][index]
                     for name in shape.computed
                 }
+                # Changes of one schema share its object (the accepted schema): one lookup.
+                fields = by_schema.get(id(change.schema))
+                if fields is None:
+                    fields = by_schema[id(change.schema)] = _fields(
+                        shape, routed_change.schema, values
+                    )
                 out.append(
-                    _shaped(shape, change, routed_change, computed, values, secrets.get(sink))
+                    _shaped(shape, fields, change, routed_change, computed, secrets.get(sink))
                 )
         shaped[sink] = out
     return shaped
@@ -158,58 +166,64 @@ def _schema_of(changes: Sequence[Change]) -> RowSchema:
     return RowSchema(())
 
 
+@dataclass(frozen=True)
+class _Fields:
+    """A sink's fields for rows of one routed schema: computed once per batch and schema."""
+
+    input_types: Mapping[str, ColumnType]  # before masks and hashes (what a hash reads)
+    kept: frozenset[str]
+    schema: RowSchema | None
+
+
+def _fields(shape: SinkShape, routed: RowSchema | None, values: Mapping[str, Any]) -> _Fields:
+    types = {c.name: c.type for c in routed.columns} if routed is not None else {}
+    types |= {
+        name: values[f"{COMPUTED_PREFIX}{shape.sink}__{name}#type"] for name in shape.computed
+    }
+    shaped = dict(types)
+    for name in shaped:
+        if name in shape.mask:
+            shaped[name] = MASK_TYPE
+        elif shape.hashed(name):
+            shaped[name] = HASH_TYPE
+    shaped |= {column.name: column.type for column in shape.marker_columns()}
+    kept = [name for name in shaped if shape.keeps(name)]
+    schema = RowSchema(tuple(Column(name, shaped[name]) for name in kept))
+    return _Fields(types, frozenset(kept), schema if routed is not None else None)
+
+
 def _shaped(
     shape: SinkShape,
+    fields: _Fields,
     change: Change,
     routed: Change,
     computed: Mapping[str, Any],
-    values: Mapping[str, Any],
     secret: bytes | None,
 ) -> Change:
+    """Computed fields, then masks, hashes and markers; `columns`/`drop` applied. Unavailable
+    fields stay unavailable: the sink's stored value is shaped already."""
     assert routed.row is not None
-    row = dict(routed.row)
-    types = {c.name: c.type for c in routed.schema.columns} if routed.schema else {}
+    row = {**routed.row, **computed}
     unavailable = set(routed.unavailable_columns)
-    for name, value in computed.items():
-        row[name] = value
-        types[name] = values[f"{COMPUTED_PREFIX}{shape.sink}__{name}#type"]
-        if change.unavailable_columns:  # an input may be unknown: keep what the sink holds
-            unavailable.add(name)
-    row, types = shaped_values(shape, row, types, secret, unavailable)
-    kept = [name for name in row if shape.keeps(name)]
-    schema = RowSchema(tuple(Column(name, types[name]) for name in kept if name in types))
+    if change.unavailable_columns:  # an input may be unknown: keep what the sink holds
+        unavailable.update(computed)
+    for name, replacement in shape.mask.items():
+        if name in row and name not in unavailable:
+            row[name] = None if row[name] is None else replacement
+    for name in shape.hash.fields if shape.hash is not None else ():
+        if name in row and name not in unavailable and secret is not None:
+            row[name] = hashed(secret, fields.input_types.get(name), row[name])
+    if shape.soft:
+        deleted, at = shape.markers
+        row[deleted], row[at] = False, None
+    kept = fields.kept
     return dataclasses.replace(
         routed,
-        row={name: row[name] for name in kept},
-        unavailable_columns=frozenset(n for n in unavailable if shape.keeps(n)),
-        uncertain_columns=frozenset(n for n in routed.uncertain_columns if shape.keeps(n)),
-        schema=schema if routed.schema is not None else None,
+        row={name: value for name, value in row.items() if name in kept},
+        unavailable_columns=frozenset(unavailable & kept),
+        uncertain_columns=routed.uncertain_columns & kept,
+        schema=fields.schema,
     )
-
-
-def shaped_values(
-    shape: SinkShape,
-    row: dict[str, Any],
-    types: dict[str, ColumnType],
-    secret: bytes | None,
-    unavailable: set[str] | frozenset[str] = frozenset(),
-) -> tuple[dict[str, Any], dict[str, ColumnType]]:
-    """Masks, hashes and markers on a routed row with its computed fields (the job's and
-    verify's one rule). Unavailable fields stay unavailable: the stored value is shaped."""
-    for name in list(row):
-        if name in unavailable:
-            continue
-        if name in shape.mask:
-            row[name] = None if row[name] is None else shape.mask[name]
-            types[name] = MASK_TYPE
-        elif shape.hashed(name):
-            assert secret is not None
-            row[name] = hashed(secret, types.get(name), row[name])
-            types[name] = HASH_TYPE
-    for column in shape.marker_columns():
-        row[column.name] = False if column.type.kind.value == "boolean" else None
-        types[column.name] = column.type
-    return row, types
 
 
 def _deleted(
