@@ -260,6 +260,7 @@ def test_bad_settings_fail_at_load_naming_file_and_field(
         ("filter: 'id + 1'", "tables.shop.customers.filter", "boolean"),
         ("cache: {mask: {phone: x}}", "tables.shop.customers.cache.mask", "'phone'"),
         ("cache: {drop: [nope]}", "tables.shop.customers.cache.drop", "'nope'"),
+        ("delta: {drop: [id]}", "tables.shop.customers.delta", "key column 'id'"),
     ],
 )
 def test_expressions_are_checked_against_the_columns(
@@ -274,7 +275,7 @@ def test_expressions_are_checked_against_the_columns(
         .replace("    cache: true\n    cache:", "    cache:")
     )
     route = load(tmp_path, text)
-    problems = shape_problems(route, route.shapes, SCHEMA)
+    problems = shape_problems(route, route.shapes, SCHEMA, ["id"])
     assert problems, "expected a problem"
     where, found = problems[0]
     assert where == f"{tmp_path / 'm.yaml'}: {path}" and message in found

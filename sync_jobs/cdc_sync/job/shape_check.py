@@ -12,7 +12,11 @@ import psycopg
 from cdc_sync.core.errors import ConfigError
 from cdc_sync.debezium.database import SourceDatabase
 from cdc_sync.mapping import MappingFile
-from cdc_sync.schema.catalog import ConverterModes, row_schema_from_catalog
+from cdc_sync.schema.catalog import (
+    ConverterModes,
+    primary_key_columns,
+    row_schema_from_catalog,
+)
 from cdc_sync.shape.checks import missing_secrets, shape_problems
 
 
@@ -29,7 +33,8 @@ def check_shapes(
     with psycopg.connect(source.conninfo) as conn:
         for route in shaped:
             schema = row_schema_from_catalog(conn, route.table, modes)
-            for where, message in shape_problems(route, route.shapes, schema):
+            key = primary_key_columns(conn, route.table)
+            for where, message in shape_problems(route, route.shapes, schema, key):
                 source_file, _, path = where.partition(": ")
                 raise ConfigError(source_file, path, message)
     bound = {

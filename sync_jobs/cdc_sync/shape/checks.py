@@ -7,7 +7,7 @@ does not have. The hash secrets are checked at start (`missing_secrets`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from cdc_sync.core.errors import ConfigError
 from cdc_sync.core.types import RowSchema, TypeKind
@@ -19,8 +19,13 @@ Problem = tuple[str, str]  # ("<file>: <field path>", message)
 
 
 def shape_problems(
-    projection: Projection, shapes: Mapping[str, SinkShape], schema: RowSchema
+    projection: Projection,
+    shapes: Mapping[str, SinkShape],
+    schema: RowSchema,
+    key: Sequence[str] = (),
 ) -> list[Problem]:
+    """`key`: the table's primary-key columns; the warehouse merges by them, so its shape must
+    keep them (search and cache key by the document id and may leave them out)."""
     problems: list[Problem] = []
     for shape in shapes.values():
         try:
@@ -33,6 +38,10 @@ def shape_problems(
             problems.append((exc.path, exc.message))
             continue
         problems += _unknown_fields(projection, shape, schema)
+        if shape.sink == "delta":
+            for name in (projection.rename.get(k, k) for k in key):
+                if not shape.keeps(name):
+                    problems.append((shape.path, f"key column {name!r} must stay (MERGE key)"))
     return problems
 
 

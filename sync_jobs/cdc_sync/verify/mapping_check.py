@@ -126,7 +126,10 @@ def _check_table(
     for source in route.rename:
         if source not in names:
             findings.append(Finding(f"{path}.rename.{source}", f"no column {source!r} in {table}"))
-    shaping = [Finding(at, message) for at, message in shape_problems(route, route.shapes, schema)]
+    key = primary_key_columns(conn, table)
+    shaping = [
+        Finding(at, message) for at, message in shape_problems(route, route.shapes, schema, key)
+    ]
     findings += shaping
     if route.search is not None and not shaping:
         findings += _check_search_fields(
