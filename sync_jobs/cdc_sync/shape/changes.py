@@ -82,7 +82,8 @@ def sink_changes(
         if shape.plain:
             shaped[sink] = routed
             continue
-        sink_fields = sink_schema(projection, shape, schema) if schema is not None else None
+        soft = shape.soft and schema is not None  # a soft delete keeps the sink's other fields
+        sink_fields = sink_schema(projection, shape, schema) if soft and schema else None
         by_schema: dict[int, _Fields] = {}
         out = []
         for index, (change, routed_change) in enumerate(zip(changes, routed, strict=True)):
