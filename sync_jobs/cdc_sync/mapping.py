@@ -6,7 +6,7 @@ must be routed or listed under `ignore` (checked against the connector's table l
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
@@ -17,6 +17,15 @@ import yaml
 from cdc_sync.core.errors import ConfigError, FieldReader
 from cdc_sync.core.model import Change, TableId
 from cdc_sync.schema import Column, RowSchema
+from cdc_sync.shape.changes import sink_changes, sink_schema
+from cdc_sync.shape.engine import ExpressionError, parse
+from cdc_sync.shape.spec import (
+    SHAPE_KEYS,
+    SINK_SHAPE_KEYS,
+    SinkShape,
+    combine,
+    read_settings,
+)
 
 
 class OnTombstone(StrEnum):
@@ -68,6 +77,12 @@ class SearchRoute:
 
 
 WATERMARKS_KEY_SUFFIX = "_cdc:watermarks"
+# A sink's name (`Sink.name`) -> its section in a table's mapping.
+_SINK_SECTIONS = {"redis": "cache"}
+
+
+def sink_section(sink_name: str) -> str:
+    return _SINK_SECTIONS.get(sink_name, sink_name)
 
 
 @dataclass(frozen=True)
@@ -108,6 +123,27 @@ class TableRoute:
     cache: CacheRoute | None
     delta: DeltaRoute | None
     policies: Policies
+    # Per sink (search, cache, delta): filters, computed/masked/hashed/dropped fields, soft
+    # deletes (`cdc_sync.shape`); a sink without an entry gets the routed rows as they are.
+    shapes: Mapping[str, SinkShape] = field(default_factory=dict)
+
+    def sinks(self) -> tuple[str, ...]:
+        """The sinks this table is routed to."""
+        routed = (("search", self.search), ("cache", self.cache), ("delta", self.delta))
+        return tuple(name for name, section in routed if section is not None)
+
+    def shape(self, sink: str) -> SinkShape:
+        return self.shapes.get(sink) or SinkShape(sink, str(self.table))
+
+    def sink_schema(self, sink: str, schema: RowSchema) -> RowSchema:
+        """The fields `sink` holds, typed (`ensure_target` creates and evolves with these)."""
+        return sink_schema(self, self.shape(sink), schema)
+
+    def sink_changes(
+        self, schema: RowSchema | None, changes: Sequence[Change]
+    ) -> dict[str, list[Change]]:
+        """Each routed sink's changes (`changes`: full rows, filled; `schema`: the table's)."""
+        return sink_changes(self, {s: self.shape(s) for s in self.sinks()}, schema, changes)
 
     def project(self, row: Mapping[str, Any]) -> dict[str, Any]:
         kept = row if self.columns is None else {c: row[c] for c in self.columns if c in row}
@@ -201,7 +237,15 @@ class MappingFile:
 
 
 _TOP_KEYS = ("version", "source", "defaults", "dead_letter", "tables", "ignore")
-_TABLE_KEYS = ("columns", "rename", "search", "cache", "delta", *Policies.__dataclass_fields__)
+_TABLE_KEYS = (
+    "columns",
+    "rename",
+    "search",
+    "cache",
+    "delta",
+    *Policies.__dataclass_fields__,
+    *SHAPE_KEYS,
+)
 _POLICY_ENUMS: dict[str, type[StrEnum]] = {
     "on_tombstone": OnTombstone,
     "on_malformed": OnMalformed,
@@ -302,7 +346,7 @@ def _table_route(
     table: TableId, reader: FieldReader, defaults: Policies, cache_prefix: str
 ) -> TableRoute:
     reader.reject_unknown(_TABLE_KEYS)
-    return TableRoute(
+    route = TableRoute(
         table=table,
         columns=reader.str_list("columns"),
         rename=reader.str_map("rename"),
@@ -311,6 +355,28 @@ def _table_route(
         delta=_delta_route(reader, table),
         policies=_policies(reader, defaults),
     )
+    return replace(route, shapes=_shapes(reader, route))
+
+
+def _shapes(reader: FieldReader, route: TableRoute) -> dict[str, SinkShape]:
+    """Each routed sink's shape (table-level keys, then the sink section's); every expression
+    parsed here, so a syntax error fails at load naming the file and field path."""
+    table_level = read_settings(reader, with_columns=False)
+    shapes = {}
+    for sink in route.sinks():
+        section = _section(reader, sink)
+        own = read_settings(section, with_columns=True) if section is not None else None
+        shape = combine(sink, table_level, own)
+        if not shape.plain:
+            shapes[sink] = shape
+    levels = [*shapes.values(), combine("", table_level, None)]  # table level even unrouted
+    for shape in levels:
+        for path, sql in (*shape.filters, *shape.computed.values()):
+            try:
+                parse(path, sql)
+            except ExpressionError as exc:
+                raise ConfigError(reader.source, path.partition(": ")[2], exc.message) from exc
+    return shapes
 
 
 def _section(reader: FieldReader, name: str) -> FieldReader | None:
@@ -325,7 +391,7 @@ def _search_route(reader: FieldReader, table: TableId) -> SearchRoute | None:
     section = _section(reader, "search")
     if section is None:
         return None
-    section.reject_unknown(("index", "mapping", "settings"))
+    section.reject_unknown(("index", "mapping", "settings", *SINK_SHAPE_KEYS))
     mapping, settings = section.data.get("mapping", {}), section.data.get("settings", {})
     for name, value in (("mapping", mapping), ("settings", settings)):
         if not isinstance(value, Mapping):
@@ -341,7 +407,7 @@ def _cache_route(reader: FieldReader, cache_prefix: str) -> CacheRoute | None:
     section = _section(reader, "cache")
     if section is None:
         return None
-    section.reject_unknown(("prefix", "ttl_seconds"))
+    section.reject_unknown(("prefix", "ttl_seconds", *SINK_SHAPE_KEYS))
     ttl = section.data.get("ttl_seconds")
     return CacheRoute(
         prefix=section.str_("prefix", cache_prefix),
@@ -353,7 +419,7 @@ def _delta_route(reader: FieldReader, table: TableId) -> DeltaRoute | None:
     section = _section(reader, "delta")
     if section is None:
         return None
-    section.reject_unknown(("table", "partition_by", "change_data_feed"))
+    section.reject_unknown(("table", "partition_by", "change_data_feed", *SINK_SHAPE_KEYS))
     qualified = section.str_("table", str(table))
     try:
         target = TableId.parse(qualified)

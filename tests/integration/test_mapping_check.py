@@ -9,9 +9,14 @@ import psycopg
 import pytest
 
 from cdc_sync.cli import main
+from cdc_sync.core.errors import ConfigError
+from cdc_sync.core.model import TableId
 from cdc_sync.debezium.connector import load_connector
+from cdc_sync.debezium.database import SourceDatabase
 from cdc_sync.demo.workload import create_demo_schema
+from cdc_sync.job.shape_check import check_shapes
 from cdc_sync.mapping import load_mapping
+from cdc_sync.schema.catalog import ConverterModes
 from cdc_sync.verify.mapping_check import validate_mapping
 from tests.pg import private_database
 
@@ -81,3 +86,70 @@ def test_cli_exit_code(database: str, monkeypatch: pytest.MonkeyPatch, tmp_path:
     with psycopg.connect(database, autocommit=True) as conn:
         conn.execute("ALTER TABLE shop.products ADD COLUMN location point")
     assert main(["mappings", "validate", "--mapping", str(SHOP)]) == 1
+
+
+SHAPED_MAPPING = """
+version: 1
+source: {topic_prefix: cdc}
+tables:
+  shop.customers:
+    search:
+      computed: {full_name2: "upper(full_nam)"}
+    cache:
+      computed: {twice: "id + email"}
+  shop.products:
+    search: {filter: "price"}
+    cache: {hash: {fields: [colour], secret_env: X}}
+ignore: [shop.orders, shop.order_lines, shop.cdc_sync_signal, shop.cdc_sync_heartbeat]
+"""
+
+
+def test_bad_expressions_and_fields_name_the_file_and_field_path(
+    database: str, tmp_path: Path
+) -> None:
+    bad = tmp_path / "shaped.yaml"
+    bad.write_text(SHAPED_MAPPING)
+    with psycopg.connect(database) as conn:
+        findings = [
+            str(f)
+            for f in validate_mapping(
+                load_mapping(bad), conn, load_connector(Path("connectors/shop.json"))
+            )
+        ]
+    expected = [
+        "tables.shop.customers.search.computed.full_name2: Binder Error: Referenced column "
+        '"full_nam" not found',
+        "tables.shop.customers.cache.computed.twice: Binder Error: No function matches",
+        "tables.shop.products.search.filter: a filter is a boolean expression, this is decimal",
+        "tables.shop.products.cache.hash.fields: no field 'colour'",
+    ]
+    for text in expected:
+        assert any(f.startswith(f"{bad}: {text}") for f in findings), (text, findings)
+    assert len(findings) == len(expected), findings
+
+
+def test_the_job_start_check_names_the_field_and_binds_the_hash_secret(
+    database: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "start.yaml"
+    text = (
+        "version: 1\nsource: {topic_prefix: cdc}\ntables:\n  shop.customers:\n"
+        "    search: {hash: {fields: [email], secret_env: CDC_SYNC_T_KEY}}\n"
+        "    cache: {computed: {n: '%s'}}\n"
+    )
+    source, modes = SourceDatabase(database, "test"), ConverterModes()
+    path.write_text(text % "length(full_name)")
+    monkeypatch.delenv("CDC_SYNC_T_KEY", raising=False)
+    with pytest.raises(ConfigError) as missing:
+        check_shapes(load_mapping(path), source, modes)
+    assert str(missing.value).startswith(f"{path}: tables.shop.customers.search.hash.secret_env")
+    monkeypatch.setenv("CDC_SYNC_T_KEY", "very-secret")
+    bound = check_shapes(load_mapping(path), source, modes)
+    shape = bound.tables[TableId("shop", "customers")].shapes["search"]
+    assert shape.hash is not None and shape.hash.key == b"very-secret"
+    assert "very-secret" not in repr(bound)  # the secret is never printed
+    path.write_text(text % "length(fullname)")
+    with pytest.raises(ConfigError) as unknown:
+        check_shapes(load_mapping(path), source, modes)
+    assert unknown.value.path == "tables.shop.customers.cache.computed.n"
+    assert "fullname" in unknown.value.message

@@ -62,7 +62,7 @@ def applier() -> BatchApplier:
 
 def test_the_tables_of_a_batch_commit_at_the_same_time() -> None:
     sink = MeetingSink(len(TABLES))
-    committed = applier()._commit([sink], {t: [] for t in TABLES}, BatchMetrics(1))
+    committed = applier()._commit([sink], {t: {"delta": []} for t in TABLES}, BatchMetrics(1))
     assert sorted(committed) == [(t, "delta") for t in TABLES]
     assert not sink.barrier.broken
 
@@ -70,5 +70,5 @@ def test_the_tables_of_a_batch_commit_at_the_same_time() -> None:
 def test_a_failed_commit_fails_the_batch_after_the_others_ended() -> None:
     sink = FailingSink(len(TABLES))
     with pytest.raises(OSError, match="disk full"):
-        applier()._commit([sink], {t: [] for t in TABLES}, BatchMetrics(1))
+        applier()._commit([sink], {t: {"delta": []} for t in TABLES}, BatchMetrics(1))
     assert sink.barrier.n_waiting == 0  # no commit left running

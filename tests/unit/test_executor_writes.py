@@ -62,8 +62,10 @@ def test_a_write_task_writes_its_tables_and_hands_back_deferred_changes_with_sch
     out = list(write_partition(iter(folded.to_batches()), plan))
     ((written,),) = load_writes([row for batch in out for row in batch.to_pylist()])
     assert written.progress.changes == 2 and written.progress.max_version == 9
-    assert sorted(c.version for c in written.deferred) == [4, 9]
-    assert all(c.schema is not None for c in written.deferred)  # rebuilt from the first row
+    assert sorted(c.version for c in written.deferred["search"]) == [4, 9]
+    assert all(
+        c.schema is not None for c in written.deferred["search"]
+    )  # rebuilt from the first row
 
 
 def test_an_unrouted_table_is_not_written() -> None:

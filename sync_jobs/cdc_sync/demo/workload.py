@@ -163,6 +163,16 @@ def delete_and_reinsert_product(conn: psycopg.Connection[Any], rng: random.Rando
     return "delete + re-insert product (same key, one transaction)"
 
 
+def toggle_product_stock(conn: psycopg.Connection[Any], rng: random.Random) -> str | None:
+    """Out of stock, or back: the product leaves or re-enters the in-stock index
+    (mappings/shop.yaml), its TOASTed description unchanged (a placeholder, filled first)."""
+    row = _pick(conn, "SELECT id FROM shop.products", rng)
+    if row is None:
+        return None
+    conn.execute("UPDATE shop.products SET in_stock = NOT in_stock WHERE id = %s", row)
+    return "toggle product stock (filtered index, TOAST unchanged)"
+
+
 OPERATIONS: list[tuple[Operation, int]] = [
     (insert_customer, 3),
     (update_customer, 4),
@@ -175,6 +185,7 @@ OPERATIONS: list[tuple[Operation, int]] = [
     (delete_order_line, 2),
     (update_order_status, 3),
     (delete_and_reinsert_product, 1),
+    (toggle_product_stock, 2),
 ]
 
 

@@ -23,7 +23,7 @@ from cdc_sync.job.schema_store import SchemaStore
 from cdc_sync.job.table_writes import TableProgress, TableWrite, write_table
 from cdc_sync.job.truncates import TruncateFences
 from cdc_sync.job.unavailable import SourceFiller
-from cdc_sync.mapping import MappingFile, OnMalformed, OnTombstone, TableRoute
+from cdc_sync.mapping import MappingFile, OnMalformed, OnTombstone, TableRoute, sink_section
 from cdc_sync.schema import RowSchema
 from cdc_sync.sinks.base import Sink, WriteResult
 
@@ -253,7 +253,9 @@ class BatchApplier:
             state = self.schemas.observe(route, incoming)
             if state.evolved:
                 for sink in self.sinks:
-                    sink.ensure_target(route, route.project_schema(state.schema))
+                    sink.ensure_target(
+                        route, route.sink_schema(sink_section(sink.name), state.schema)
+                    )
                 self.schemas.targets_ready(table)
             accepted[table] = state
         # A snapshot's end is a row's change too (counted there), not a record of its own.
@@ -283,7 +285,10 @@ class BatchApplier:
             by_table[written.table].append(written)
         letters = list(plan.letters)
         deferred = {
-            table: [change for written in shares for change in written.deferred]
+            table: {
+                sink: [change for written in shares for change in written.deferred.get(sink, ())]
+                for sink in {name for written in shares for name in written.deferred}
+            }
             for table, shares in by_table.items()
         }
         committed = self._commit(driver_sinks, deferred, metrics)
@@ -325,7 +330,7 @@ class BatchApplier:
     def _commit(
         self,
         driver_sinks: Sequence[Sink],
-        deferred: dict[TableId, list[Change]],
+        deferred: dict[TableId, dict[str, list[Change]]],
         metrics: BatchMetrics,
     ) -> dict[tuple[TableId, str], WriteResult]:
         """Each driver sink's write of each table (Delta: one commit per table and batch; for a
@@ -340,7 +345,8 @@ class BatchApplier:
 
         def timed(table: TableId, sink: Sink) -> tuple[WriteResult, float]:
             started = time.monotonic()
-            return sink.apply(routes[table], deferred[table]), time.monotonic() - started
+            changes = deferred[table].get(sink_section(sink.name), [])
+            return sink.apply(routes[table], changes), time.monotonic() - started
 
         with ThreadPoolExecutor(min(len(jobs), PARALLEL_COMMITS), "cdc-sync-commit") as pool:
             futures = {(t, sink.name): pool.submit(timed, t, sink) for t, sink in jobs}

@@ -109,9 +109,13 @@ def version_tombstones(
     for change in in_log_order:
         if change.is_unversioned:
             if versioned:
+                # ... and dated by it: the commit time of the delete it stands for (soft deletes).
                 before = versioned[-1]
                 change = dataclasses.replace(
-                    change, version=before.version, transaction=before.transaction
+                    change,
+                    version=before.version,
+                    transaction=before.transaction,
+                    source_ts_ms=before.source_ts_ms,
                 )
             elif carried is not None:
                 change = dataclasses.replace(

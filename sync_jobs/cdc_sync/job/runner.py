@@ -40,6 +40,7 @@ from cdc_sync.job.metrics_export import (
 from cdc_sync.job.open_transactions import FileOpenTransactions
 from cdc_sync.job.query_progress import log_previous_batch
 from cdc_sync.job.schema_store import FileSchemaStore
+from cdc_sync.job.shape_check import check_shapes
 from cdc_sync.job.status_file import StatusRecorder
 from cdc_sync.job.stream import MicroBatchProcessor
 from cdc_sync.job.task_sinks import TaskSinkSpec
@@ -216,6 +217,8 @@ class SyncJob:
         self.connections = connections
         self.options = options
         self.database = source or source_database(connections, mapping.connector)
+        # Hash secrets read once here, carried to the tasks with the routes.
+        mapping = self.mapping = check_shapes(mapping, self.database, converter_modes(mapping))
         # Every sink's retries report here, executor tasks' through the relay: `sink_status()`
         # says which one the job waits for.
         self.health = SinkHealth()

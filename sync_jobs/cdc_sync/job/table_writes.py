@@ -10,14 +10,14 @@ the driver (`deferred`), which commits them once the tasks are done.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from cdc_sync.core.model import Change, Op, TableId, TruncateFence
 from cdc_sync.job.schema_changes import SchemaState
 from cdc_sync.job.unavailable import SourceFiller
-from cdc_sync.mapping import TableRoute
+from cdc_sync.mapping import TableRoute, sink_section
 from cdc_sync.sinks.base import Sink, WriteResult
 
 
@@ -60,7 +60,8 @@ class TableWrite:
     progress: TableProgress = field(default_factory=TableProgress)
     gone: int = 0  # placeholders of rows deleted since: left out (job.unavailable)
     truncated: int = 0  # changes older than the table's TRUNCATE: dropped (job.truncates)
-    deferred: list[Change] = field(default_factory=list)  # routed, for the driver's sinks
+    # Routed and shaped, per sink section (search, cache, delta), for the driver's sinks.
+    deferred: dict[str, list[Change]] = field(default_factory=dict)
 
 
 def write_table(
@@ -84,19 +85,20 @@ def write_table(
         started = time.monotonic()
         changes, written.gone = filler.fill(route.table, changes, schema.schema)
         written.seconds["fill"] = time.monotonic() - started
-    routed = [route.route(schema.conform(change)) for change in changes]
+    # After the fill: filters and computed fields read whole rows (`cdc_sync.shape`).
+    per_sink = route.sink_changes(schema.schema, [schema.conform(c) for c in changes])
     for change in changes:
         written.progress = written.progress.add(change)
-    for name, result, seconds in _apply_each(route, routed, sinks):
+    for name, result, seconds in _apply_each(route, per_sink, sinks):
         written.results[name] = result
         written.seconds[name] = seconds
     if defer:
-        written.deferred = routed
+        written.deferred = per_sink
     return written
 
 
 def _apply_each(
-    route: TableRoute, routed: Sequence[Change], sinks: Sequence[Sink]
+    route: TableRoute, per_sink: Mapping[str, Sequence[Change]], sinks: Sequence[Sink]
 ) -> list[tuple[str, WriteResult, float]]:
     """Each sink's result and seconds. The sinks are written at once, a thread each: they
     wait on different servers, so a table's write takes its slowest sink's time, not the sum
@@ -104,7 +106,7 @@ def _apply_each(
 
     def apply(sink: Sink) -> tuple[str, WriteResult, float]:
         started = time.monotonic()
-        result = sink.apply(route, routed)
+        result = sink.apply(route, per_sink.get(sink_section(sink.name), ()))
         return sink.name, result, time.monotonic() - started
 
     if len(sinks) <= 1:

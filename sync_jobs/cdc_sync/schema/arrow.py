@@ -88,3 +88,39 @@ def arrow_schema(schema: RowSchema) -> pa.Schema:
     return pa.schema(
         [pa.field(c.name, arrow_type(c.type), nullable=c.type.optional) for c in schema.columns]
     )
+
+
+def column_type_from_arrow(arrow: pa.DataType) -> ColumnType:
+    """The column type of an Arrow result (a computed field's SQL expression): the inverse of
+    `arrow_type` where one exists. TypeError for types no sink stores (intervals, structs)."""
+    if pa.types.is_boolean(arrow):
+        return ColumnType(TypeKind.BOOLEAN)
+    if pa.types.is_int8(arrow) or pa.types.is_int16(arrow) or pa.types.is_uint8(arrow):
+        return ColumnType(TypeKind.INT16)
+    if pa.types.is_int32(arrow) or pa.types.is_uint16(arrow):
+        return ColumnType(TypeKind.INT32)
+    if pa.types.is_int64(arrow) or pa.types.is_uint32(arrow):
+        return ColumnType(TypeKind.INT64)
+    if pa.types.is_uint64(arrow):
+        return ColumnType(TypeKind.DECIMAL, precision=20, scale=0)
+    if pa.types.is_float16(arrow) or pa.types.is_float32(arrow):
+        return ColumnType(TypeKind.FLOAT32)
+    if pa.types.is_float64(arrow):
+        return ColumnType(TypeKind.FLOAT64)
+    if pa.types.is_decimal(arrow):
+        return ColumnType(TypeKind.DECIMAL, precision=arrow.precision, scale=arrow.scale)
+    if pa.types.is_string(arrow) or pa.types.is_large_string(arrow) or _is_string_view(arrow):
+        return ColumnType(TypeKind.STRING)
+    if pa.types.is_binary(arrow) or pa.types.is_large_binary(arrow):
+        return ColumnType(TypeKind.BYTES)
+    if pa.types.is_date(arrow):
+        return ColumnType(TypeKind.DATE)
+    if pa.types.is_timestamp(arrow):
+        return ColumnType(TypeKind.TIMESTAMP_TZ if arrow.tz else TypeKind.TIMESTAMP)
+    if pa.types.is_list(arrow) or pa.types.is_large_list(arrow):
+        return ColumnType(TypeKind.ARRAY, element=column_type_from_arrow(arrow.value_type))
+    raise TypeError(f"the result type {arrow} has no column type")
+
+
+def _is_string_view(arrow: pa.DataType) -> bool:
+    return str(arrow) == "string_view"

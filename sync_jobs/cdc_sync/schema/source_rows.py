@@ -171,3 +171,22 @@ def _text(value: Any) -> str:
     if isinstance(value, datetime | date | time):
         return value.isoformat()
     return str(value)
+
+
+def read_table(
+    conn: psycopg.Connection[Any], table: TableId, columns: Sequence[Column], modes: ConverterModes
+) -> list[dict[str, Any]]:
+    """Every row of `table` now, `columns` only, as the decoder gives the values (verify reads
+    this to shape the rows as the job shapes the changes)."""
+    register_value_loaders(conn)
+    catalog = {c.name: c for c in catalog_columns(conn, table)}
+    columns = [column for column in columns if column.name in catalog]
+    query = sql.SQL("SELECT {} FROM {}.{}").format(
+        sql.SQL(", ").join(_select(c.name, catalog.get(c.name)) for c in columns),
+        sql.Identifier(table.schema),
+        sql.Identifier(table.table),
+    )
+    return [
+        {c.name: from_postgres(c.type, value, modes) for c, value in zip(columns, row, strict=True)}
+        for row in conn.execute(query).fetchall()
+    ]

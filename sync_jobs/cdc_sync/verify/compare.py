@@ -25,10 +25,19 @@ from psycopg.adapt import Loader
 
 from cdc_sync.core.model import TableId, document_id
 from cdc_sync.core.settings import Connections
+from cdc_sync.debezium.connector import load_connector
 from cdc_sync.debezium.database import SourceDatabase, source_database
 from cdc_sync.mapping import MappingFile, TableRoute
-from cdc_sync.schema.catalog import catalog_columns, primary_key_columns
-from cdc_sync.schema.source_rows import array_as_text, register_value_loaders
+from cdc_sync.schema import RowSchema
+from cdc_sync.schema.catalog import (
+    ConverterModes,
+    catalog_columns,
+    primary_key_columns,
+    row_schema_from_catalog,
+)
+from cdc_sync.schema.source_rows import array_as_text, read_table, register_value_loaders
+from cdc_sync.shape.rows import marked_deleted, sink_rows
+from cdc_sync.shape.spec import SOFT_DELETE_COLUMNS
 from cdc_sync.sinks.delta import readback as delta_readback
 from cdc_sync.sinks.redis import readback as cache_readback
 from cdc_sync.sinks.search import readback as search_readback
@@ -229,10 +238,55 @@ def cache_rows(client: redis.Redis, route: TableRoute) -> Rows:
 def delta_rows(warehouse: Path, route: TableRoute, key: list[str]) -> Rows:
     assert route.delta is not None
     held = delta_readback.rows_by_id(warehouse, route.delta, [route.rename.get(k, k) for k in key])
+    markers = SOFT_DELETE_COLUMNS["delta"]  # row columns of `on_delete: soft`, not metadata
     return {
-        ident: canonical_row({k: v for k, v in row.items() if not k.startswith("_cdc_")})
+        ident: canonical_row(
+            {k: v for k, v in row.items() if not k.startswith("_cdc_") or k in markers}
+        )
         for ident, row in held.items()
     }
+
+
+class ShapedSource:
+    """What each sink of a route should hold: the Postgres rows, shaped per sink by the job's
+    rule (`cdc_sync.shape`: filters, computed / masked / hashed / dropped fields, markers)."""
+
+    def __init__(
+        self, conn: psycopg.Connection[Any], route: TableRoute, key: list[str], plain: Rows
+    ) -> None:
+        self.conn, self.route, self.key, self.plain = conn, route, key, plain
+        self._schema: RowSchema | None = None
+        self._rows: list[dict[str, Any]] | None = None
+
+    def rows_for(self, sink: str, modes: ConverterModes) -> Rows:
+        shape = self.route.shape(sink)
+        if shape.plain:
+            return self.plain
+        if self._schema is None or self._rows is None:
+            self._schema = row_schema_from_catalog(self.conn, self.route.table, modes)
+            self._rows = read_table(self.conn, self.route.table, self._schema.columns, modes)
+        shaped = sink_rows(self.route, shape, self.route.table, self._schema, self.key, self._rows)
+        return {ident: canonical_row(row) for ident, row in shaped.items()}
+
+
+def compare_sink(route: TableRoute, sink: str, expected: Rows, actual: Rows) -> SinkComparison:
+    """`compare`, where a soft-deleted row (`on_delete: soft`) is expected exactly when
+    Postgres lacks it: marked rows are not extra, and a marked row Postgres holds differs."""
+    shape = route.shape(sink)
+    marked = {ident for ident, row in actual.items() if marked_deleted(shape, row)}
+    live = {ident: row for ident, row in actual.items() if ident not in marked}
+    if shape.soft:  # rows written before `on_delete: soft` was set have no marker: not deleted
+        deleted = shape.markers[0]
+        live = {
+            i: row if row.get(deleted) is not None else row | {deleted: False}
+            for i, row in live.items()
+        }
+    result = compare(sink, expected, live)
+    result.count = len(actual)
+    wrongly = sorted(marked & set(expected))
+    result.missing = [ident for ident in result.missing if ident not in marked]
+    result.different = sorted({*result.different, *wrongly})
+    return result
 
 
 def compare(sink: str, expected: Rows, actual: Rows) -> SinkComparison:
@@ -275,6 +329,9 @@ def verify_all(
         else None
     )
     report: list[TableComparison] = []
+    modes = ConverterModes.from_connector(
+        load_connector(mapping.connector).config if mapping.connector else {}
+    )
     try:
         with psycopg.connect(source.conninfo) as conn:
             register_loaders(conn)
@@ -293,7 +350,11 @@ def verify_all(
                     actual.append(("cache", cache_rows(cache, route)))
                 if route.delta is not None and "delta" in wanted:
                     actual.append(("delta", delta_rows(warehouse, route, key)))
-                comparisons = [compare(name, expected, rows) for name, rows in actual]
+                shaped = ShapedSource(conn, route, key, expected)
+                comparisons = [
+                    compare_sink(route, name, shaped.rows_for(name, modes), rows)
+                    for name, rows in actual
+                ]
                 report.append(TableComparison(route.table, len(expected), comparisons))
     finally:  # repeated verifies (repair, tests polling) must not leak connections
         if cache is not None:

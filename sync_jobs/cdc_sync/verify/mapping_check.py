@@ -19,6 +19,7 @@ from cdc_sync.debezium.connector import ConnectorFile, captured_tables
 from cdc_sync.mapping import MappingFile, TableRoute
 from cdc_sync.schema import ColumnType, RowSchema, SchemaConversionError, TypeKind
 from cdc_sync.schema.catalog import ConverterModes, primary_key_columns, row_schema_from_catalog
+from cdc_sync.shape.checks import shape_problems
 from cdc_sync.sinks.search.backends import SearchBackend
 from cdc_sync.sinks.search.readback import field_types
 
@@ -125,9 +126,14 @@ def _check_table(
     for source in route.rename:
         if source not in names:
             findings.append(Finding(f"{path}.rename.{source}", f"no column {source!r} in {table}"))
-    if route.search is not None:
+    key = primary_key_columns(conn, table)
+    shaping = [
+        Finding(at, message) for at, message in shape_problems(route, route.shapes, schema, key)
+    ]
+    findings += shaping
+    if route.search is not None and not shaping:
         findings += _check_search_fields(
-            route, route.project_schema(schema), f"{path}.search.mapping"
+            route, route.sink_schema("search", schema), f"{path}.search.mapping"
         )
     return findings
 

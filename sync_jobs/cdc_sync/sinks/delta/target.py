@@ -10,6 +10,7 @@ from deltalake import DeltaTable, Field, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 
 from cdc_sync.mapping import DeltaRoute
+from cdc_sync.shape.spec import SOFT_DELETE_COLUMNS
 from cdc_sync.sinks.delta.actions import METADATA_FIELDS, VERSION
 
 log = logging.getLogger(__name__)
@@ -43,7 +44,13 @@ def open_table(path: Path) -> DeltaTable | None:
 
 
 def target_schema(row_schema: pa.Schema) -> pa.Schema:
-    fields = [f.with_nullable(True) for f in row_schema if not f.name.startswith("_cdc_")]
+    # Metadata columns come last, from METADATA_FIELDS; the soft-delete markers
+    # (`on_delete: soft`) are row columns the job writes.
+    fields = [
+        f.with_nullable(True)
+        for f in row_schema
+        if not f.name.startswith("_cdc_") or f.name in SOFT_DELETE_COLUMNS["delta"]
+    ]
     return pa.schema([*fields, *METADATA_FIELDS])
 
 
