@@ -87,6 +87,10 @@ class Change:
     # null for both, `schema.unavailable`). Never filled from an older change: only Postgres
     # can tell (job.unavailable reads it).
     uncertain_columns: frozenset[str] = frozenset()
+    # Tables with a Delta history (`delta.history`): the key's earlier states in the batch, one
+    # per version (the last change of each), oldest first. The fold keeps only the newest state;
+    # the history needs every version (sinks.delta.history). Empty for every other table.
+    earlier: tuple[Change, ...] = field(default=(), compare=False, repr=False)
 
     @property
     def is_delete(self) -> bool:

@@ -200,22 +200,25 @@ def load_change(row: dict[str, object]) -> Change:
     return change
 
 
-def fold_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+def fold_batches(
+    batches: Iterator[pa.RecordBatch], history_tables: frozenset[str] = frozenset()
+) -> Iterator[pa.RecordBatch]:
     """Input sorted by key (then version); a key's changes may span Arrow batches. A key is
-    (table, doc_id): doc ids are injective per table (DESIGN.md)."""
+    (table, doc_id): doc ids are injective per table (DESIGN.md). `history_tables`: tables
+    (`schema.table`) whose folded changes keep their earlier versions (`Change.earlier`)."""
     pending: list[dict[str, object]] = []
     group: list[dict[str, object]] = []
     for batch in batches:
         for row in batch.to_pylist():
             if group and (group[0]["table"], group[0]["doc_id"]) != (row["table"], row["doc_id"]):
-                pending.append(_folded_group(group))
+                pending.append(_folded_group(group, history_tables))
                 group = []
             group.append(row)
         if len(pending) >= 4096:
             yield pa.RecordBatch.from_pylist(pending, schema=DECODED_SCHEMA)
             pending = []
     if group:
-        pending.append(_folded_group(group))
+        pending.append(_folded_group(group, history_tables))
     if pending:
         yield pa.RecordBatch.from_pylist(pending, schema=DECODED_SCHEMA)
 
@@ -225,14 +228,16 @@ FOLDED_COLUMNS = ("topic", "partition", "offset", "table", "doc_id", "version", 
                   "schema_fp")  # fmt: skip
 
 
-def _folded_group(rows: list[dict[str, object]]) -> dict[str, object]:
+def _folded_group(
+    rows: list[dict[str, object]], history_tables: frozenset[str] = frozenset()
+) -> dict[str, object]:
     if len(rows) == 1:
         # A key changed once in the batch (every key of a snapshot): folding leaves the change
         # as it is, so its decoded row is its folded row, without unpickling and pickling it.
         return {"kind": KIND_CHANGE} | {name: rows[0][name] for name in FOLDED_COLUMNS}
     group = [load_change(row) for row in rows]
     fingerprints = {c.coordinates: row["schema_fp"] for c, row in zip(group, rows, strict=True)}
-    state = fold_key(group)
+    state = fold_key(group, keep_earlier=str(rows[0]["table"]) in history_tables)
     source = state
     if state.resolve_from_source:  # read as a whole row: it travels with the create's schema
         source = max(
@@ -262,11 +267,13 @@ def decode_and_fold(
     known: KnownSchemas | None = None,
     tombstone_deletes: frozenset[str] | None = None,
     floors: Mapping[tuple[str, int], int] | None = None,
+    history_tables: frozenset[str] = frozenset(),
 ) -> Iterator[pa.RecordBatch]:
     """One input partition: its records decoded, its changes folded per key (sorted here, in
     the task: no shuffle), then its side rows. A folded change's schema travels as a
     fingerprint; the first row of each fingerprint carries the pickled schema. `floors`: see
-    `decode_batches`; the stats rows carry each partition's highest snapshot point."""
+    `decode_batches`; the stats rows carry each partition's highest snapshot point;
+    `history_tables`: see `fold_batches`."""
     decoded = pa.Table.from_batches(
         list(decode_batches(batches, known, tombstone_deletes, floors)), schema=DECODED_SCHEMA
     )
@@ -287,7 +294,7 @@ def decode_and_fold(
     folded: dict[str, int] = defaultdict(int)  # per table, its folded changes
     keys: dict[str, list[str]] = defaultdict(list)  # per table, its folded keys (doc ids)
     where: dict[str, tuple[str, int]] = {}  # per table, the (topic, partition) read
-    for batch in fold_batches(iter(changes.to_batches())):
+    for batch in fold_batches(iter(changes.to_batches()), history_tables):
         rows = batch.to_pylist()
         for row in rows:
             fingerprint = row["schema_fp"]

@@ -55,12 +55,20 @@ def version_tombstones(changes: Sequence[Change]) -> list[Change]:
     return sorted(versioned, key=order_key)
 
 
-def fold_key(changes: Sequence[Change]) -> Change:
-    """The state one key's changes of a batch leave."""
+def fold_key(changes: Sequence[Change], keep_earlier: bool = False) -> Change:
+    """The state one key's changes of a batch leave. `keep_earlier` (tables with a Delta
+    history): the state also carries the earlier states it passed through, the last one of
+    each older version (`Change.earlier`)."""
     ordered = version_tombstones(changes)
     state = ordered[0]
+    states = [state]
     for change in ordered[1:]:
         state = fold(state, change)
+        states.append(state)
+    if keep_earlier:
+        last_per_version = {s.version: s for s in states}  # a transaction's last change wins
+        earlier = tuple(s for v, s in last_per_version.items() if v != state.version)
+        state = dataclasses.replace(state, earlier=earlier)
     if state.is_delete and created_in_the_same_transaction(state, ordered):
         # Keyed by primary key, a transaction that swaps two rows' keys (deferrable keys) reads
         # delete(a) create(b) delete(b) create(a): b's last change is a delete though Postgres

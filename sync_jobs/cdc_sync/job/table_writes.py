@@ -9,6 +9,7 @@ the driver (`deferred`), which commits them once the tasks are done.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -84,7 +85,7 @@ def write_table(
         started = time.monotonic()
         changes, written.gone = filler.fill(route.table, changes)
         written.seconds["fill"] = time.monotonic() - started
-    routed = [route.route(schema.conform(change)) for change in changes]
+    routed = [_routed(route, schema, change, fence) for change in changes]
     for change in changes:
         written.progress = written.progress.add(change)
     for name, result, seconds in _apply_each(route, routed, sinks):
@@ -93,6 +94,22 @@ def write_table(
     if defer:
         written.deferred = routed
     return written
+
+
+def _routed(
+    route: TableRoute, schema: SchemaState, change: Change, fence: TruncateFence | None
+) -> Change:
+    """The change as the sinks see it; the earlier versions it carries for a Delta history
+    (`Change.earlier`) too, without those the table's TRUNCATE covers."""
+    routed = route.route(schema.conform(change))
+    if not change.earlier:
+        return routed
+    earlier = tuple(
+        route.route(schema.conform(state))
+        for state in change.earlier
+        if fence is None or not fence.covers(state)
+    )
+    return dataclasses.replace(routed, earlier=earlier)
 
 
 def _apply_each(
