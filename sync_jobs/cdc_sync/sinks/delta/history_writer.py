@@ -167,7 +167,9 @@ def _routed_track(route: TableRoute, track: tuple[str, ...] | None) -> frozenset
 
 
 def _stored_rows(table: DeltaTable, ids: list[str]) -> dict[str, list[dict[str, Any]]]:
-    held = table.to_pyarrow_dataset().to_table(filter=pc.field(ID).isin(ids))
+    # Filtered in memory: delta-rs' string_view statistics do not compare with a string set.
+    data = table.to_pyarrow_table()
+    held = data.filter(pc.is_in(data[ID].cast(pa.string()), pa.array(ids, type=pa.string())))
     found: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for row in held.to_pylist():
         found[str(row[ID])].append(row)
