@@ -100,4 +100,9 @@ def test_a_truncate_closes_the_current_versions(tmp_path: Path) -> None:
     sink.apply(ROUTE, first)
     sink.truncate(ROUTE, Truncate(ROUTE.table, 200, coords(200), 200, 200_000))
     ops = [(r[0], r[1], r[6]) for r in history(tmp_path)]
-    assert sorted(ops) == [("c", 100, False), ("c", 100, False), ("t", 200, False), ("t", 200, False)]
+    assert sorted(ops) == [
+        ("c", 100, False),
+        ("c", 100, False),
+        ("t", 200, False),
+        ("t", 200, False),
+    ]

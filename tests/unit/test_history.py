@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cdc_sync.core.model import Change, Coordinates, Op, TableId
 from cdc_sync.job.fold import fold_key
 from cdc_sync.sinks.delta.history import (
     IS_CURRENT,
@@ -21,7 +22,6 @@ from cdc_sync.sinks.delta.history import (
     recompute,
     stored_version,
 )
-from cdc_sync.core.model import Change, Coordinates, Op, TableId
 
 pytestmark = pytest.mark.unit
 
@@ -74,7 +74,7 @@ def deliveries(draw: st.DrawFn, log: list[Version]) -> list[list[Version]]:
     again after newer ones; the last batches reach the log's end."""
     batches: list[list[Version]] = []
     read = 0
-    while read < len(log) or draw(st.booleans()) and len(batches) < 8:
+    while read < len(log) or (draw(st.booleans()) and len(batches) < 8):
         start = draw(st.integers(0, min(read, len(log) - 1)))
         end = draw(st.integers(start + 1, len(log)))
         chunk = log[start:end]
