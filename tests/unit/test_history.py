@@ -37,7 +37,9 @@ def version(v: int, op: str, price: int | None = None, name: str | None = None) 
     return Version(v, op, at(v), row)
 
 
-def apply(rows: list[dict[str, Any]], batch: list[Version], track: frozenset[str] | None):
+def apply(
+    rows: list[dict[str, Any]], batch: list[Version], track: frozenset[str] | None
+) -> list[dict[str, Any]]:
     return recompute("1", [stored_version(r) for r in rows], batch, track)
 
 
