@@ -15,7 +15,9 @@ from typing import Any
 
 import psycopg
 import pytest
+import yaml
 
+from cdc_sync.cli import main
 from cdc_sync.core.model import TableId
 from cdc_sync.demo.workload import create_demo_schema
 from cdc_sync.sinks.delta import readback as delta_readback
@@ -24,7 +26,7 @@ from cdc_sync.verify.compare import source_keys
 from cdc_sync.verify.erase import erase
 from cdc_sync.verify.extra_rows import RepairSinks
 from tests.e2e.conftest import Services, running_pipeline
-from tests.e2e.harness import SyncHarness, e2e_mapping
+from tests.e2e.harness import MAPPING, SyncHarness, e2e_mapping
 from tests.pg import private_database
 
 pytestmark = pytest.mark.e2e
@@ -139,3 +141,50 @@ def test_erase_removes_a_deleted_product_from_every_sink_and_a_replay_keeps_it_o
     pipeline.start()
     pipeline.wait_converged()
     assert history_of(pipeline, 9800) == []
+
+
+def cli_files(pipeline: SyncHarness, root: Path) -> tuple[Path, Path]:
+    """The pipeline's mapping (its topic prefix; the source read from CDC_SYNC_PG_URL) and an
+    env file with its connections, as an operator's shell would have them."""
+    data = yaml.safe_load(MAPPING.read_text())
+    data["source"] = {"topic_prefix": pipeline.mapping.topic_prefix}
+    mapping = root / "mapping.yaml"
+    mapping.write_text(yaml.safe_dump(data))
+    c = pipeline.connections
+    env = {
+        "CDC_SYNC_PG_URL": c.require("pg_url"),
+        "CDC_SYNC_SEARCH_URL": c.require("search_url"),
+        "CDC_SYNC_SEARCH_CLIENT": c.search_client,
+        "CDC_SYNC_REDIS_URL": c.require("redis_url"),
+        "CDC_SYNC_WAREHOUSE": c.require("warehouse"),
+    }
+    env_file = root / "stack.env"
+    env_file.write_text("".join(f"{k}={v}\n" for k, v in env.items()))
+    return mapping, env_file
+
+
+def test_the_erase_command_refuses_live_keys_and_prints_what_it_removed(
+    history_pipeline: SyncHarness, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pipeline = history_pipeline
+    pipeline.run_sql(
+        [
+            "INSERT INTO shop.products (id, sku, name, price) VALUES (9900, 'H-9900', 'x', 1.00)",
+            "INSERT INTO shop.products (id, sku, name, price) VALUES (9901, 'H-9901', 'y', 1.00)",
+            "DELETE FROM shop.products WHERE id = 9900",
+        ]
+    )
+    pipeline.wait_converged()
+    mapping, env_file = cli_files(pipeline, tmp_path)
+    erase_args = ["--env-file", str(env_file), "erase", "--mapping", str(mapping)]
+    erase_args += ["--table", "shop.products"]
+    assert main([*erase_args, "--key", "9901"]) == 2  # Postgres still holds it
+    assert "still holds ['9901']" in capsys.readouterr().err
+    assert main([*erase_args, "--key", "9900", "--purge"]) == 0
+    printed = capsys.readouterr().out
+    for place in ("search shop_products", "cache cache:shop.products", "delta shop.products"):
+        assert place in printed
+    assert "history shop.products__history: " in printed and "purge shop.products" in printed
+    assert history_of(pipeline, 9900) == []
+    assert history_of(pipeline, 9901)
+    pipeline.wait_converged()

@@ -106,3 +106,14 @@ def test_a_truncate_closes_the_current_versions(tmp_path: Path) -> None:
         ("t", 200, False),
         ("t", 200, False),
     ]
+
+
+def test_history_turned_on_later_starts_with_the_next_versions(tmp_path: Path) -> None:
+    sink = DeltaSink(tmp_path, tombstone_retention_seconds=3600)
+    plain = dataclasses.replace(ROUTE, delta=DeltaRoute("shop", "products"))
+    first = batch(change("c", 100, 1, product(1, price="10.00")))
+    sink.ensure_target(plain, first[0].schema)
+    sink.apply(plain, first)
+    # The mapping now asks for history; the schema did not change, so no ensure_target.
+    sink.apply(ROUTE, batch(change("u", 200, 1, product(1, price="20.00"))))
+    assert history(tmp_path) == [("u", 200, 200, None, "Keyboard", Decimal("20.00"), True)]

@@ -26,7 +26,11 @@ from deltalake import DeltaTable, write_deltalake
 from cdc_sync.core.model import Change
 from cdc_sync.mapping import DeltaRoute, TableRoute
 from cdc_sync.schema import arrow_value
-from cdc_sync.sinks.delta.actions import batch_column_types, routed_key_columns
+from cdc_sync.sinks.delta.actions import (
+    batch_column_types,
+    batch_row_schema,
+    routed_key_columns,
+)
 from cdc_sync.sinks.delta.handles import TableHandles
 from cdc_sync.sinks.delta.history import (
     HISTORY_COLUMNS,
@@ -39,7 +43,7 @@ from cdc_sync.sinks.delta.history import (
     stored_version,
 )
 from cdc_sync.sinks.delta.merge_plan import datafusion_quote
-from cdc_sync.sinks.delta.target import erased_path, history_path, open_table
+from cdc_sync.sinks.delta.target import ensure_history, erased_path, history_path, open_table
 
 DROP = "_cdc_drop"  # merge-source control column: remove this stored row
 ERASED_SCHEMA = pa.schema(
@@ -67,6 +71,10 @@ class HistoryWriter:
             for state in (*change.earlier, change):
                 if not state.is_unversioned:  # a tombstone alone has no place in the order
                     incoming[state.doc_id].append(_version(route, state, types))
+        if self.handles.get(history_path(self.warehouse, delta)) is None:
+            # History turned on for a table whose schema the job accepted before: no schema
+            # change asked for ensure_target, so the table is made from this batch's schema.
+            ensure_history(self.warehouse, delta, batch_row_schema(changes))
         return self._merge(route, delta, incoming)
 
     def truncate(self, route: TableRoute, version: int, source_ts_ms: int | None) -> int:
