@@ -19,8 +19,8 @@ then everything is sorted and the intervals follow. Replays and duplicates there
 rows, and a version that reaches the history after a newer one is put in its place
 (`tests/unit/test_history.py`). One case cannot be exact: a version never seen before that
 differs from a stored row whose span it falls in (the versions merged into that row are not kept
-one by one). Reading a topic in order never produces it: a version the job reads for the first
-time is newer than every version it read before from that partition.
+one by one). Reading a topic in order never produces it: every version first reaches the history
+in log order, and a replay or a transaction Debezium sends again repeats versions already seen.
 """
 
 from __future__ import annotations
