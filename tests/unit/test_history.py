@@ -176,3 +176,36 @@ def test_verify_finds_gaps_overlaps_and_wrong_current_flags() -> None:
     assert interval_problems(gap) == ["version 1 does not end where 2 starts"]
     two_current = [dict(rows[0], **{IS_CURRENT: True}), *rows[1:]]
     assert interval_problems(two_current) == ["version 1 is current but not the newest"]
+
+
+def tombstone() -> Version:
+    """A compacted topic's tombstone alone in its batch: a delete without a version."""
+    return Version(-1, "d", None, {"id": 1})
+
+
+def test_a_tombstone_without_a_version_closes_the_newest_row_just_after_it() -> None:
+    rows = in_order([version(1, "c", 10, "a"), version(5, "u", 20, "a")], None)
+    closed = apply(rows, [tombstone()], None)
+    assert [(r["_cdc_op"], r[VERSION_FROM], r["price"], r["_valid_from"]) for r in closed][-1] == (
+        "d",
+        6,
+        20,
+        None,  # the commit time is unknown
+    )
+    assert not any(r[IS_CURRENT] for r in closed) and interval_problems(closed) == []
+    assert apply(closed, [tombstone()], None) == closed  # the tombstone again: nothing new
+    later = apply(closed, [version(9, "c", 30, "b")], None)  # written again later: a version
+    assert [(r["_cdc_op"], r[VERSION_FROM]) for r in later] == [
+        ("c", 1),
+        ("u", 5),
+        ("d", 6),
+        ("c", 9),
+    ]
+
+
+def test_a_stale_tombstone_replayed_before_the_versions_after_it_is_undone_by_them() -> None:
+    log = [version(1, "c", 10, "a"), version(3, "d"), version(9, "c", 30, "b")]
+    rows = in_order(log, None)
+    # A replay of a compacted topic: the key's tombstone, then the record that followed it.
+    replayed = apply(apply(rows, [tombstone()], None), [log[2]], None)
+    assert replayed == rows

@@ -64,6 +64,11 @@ class Version:
     def closing(self) -> bool:
         return self.op in CLOSING_OPS
 
+    @property
+    def weak(self) -> bool:
+        """A delete placed by a tombstone without a version (`_weak_delete`): no commit time."""
+        return self.op == "d" and self.valid_from is None and self.version >= 0
+
 
 def stored_version(row: Mapping[str, Any]) -> Version:
     """A history row as read from the table."""
@@ -85,9 +90,16 @@ def recompute(
 ) -> list[dict[str, Any]]:
     """The key's history rows from the rows it holds (`stored`) and new versions (`incoming`,
     in Kafka order). `track`: routed column names; None = every column."""
-    spans = list(stored)
+    versioned = [v for v in incoming if v.version >= 0]
+    upserts = [v.version for v in versioned if not v.closing]
+    # A weak delete is undone by a version at or below it arriving after it: the log goes on
+    # after the tombstone (a replay of a stale tombstone, the key written again).
+    spans = [s for s in stored if not (s.weak and any(u < s.version for u in upserts))]
     chosen: dict[int, Version] = {v.version: v for v in spans}
-    for version in incoming:
+    weak = _weak_delete(spans, incoming, versioned)
+    if weak is not None:
+        chosen[weak.version] = weak
+    for version in versioned:
         span = next((s for s in spans if s.version < version.version <= s.last), None)
         if span is not None and _continues(span, version, track):
             continue  # merged into a stored row already (a replay, a duplicate)
@@ -110,6 +122,24 @@ def recompute(
             merged.append(version)
     following = [*merged[1:], None]
     return [_history_row(doc_id, v, f) for v, f in zip(merged, following, strict=True)]
+
+
+def _weak_delete(
+    spans: Sequence[Version], incoming: Sequence[Version], versioned: Sequence[Version]
+) -> Version | None:
+    """A tombstone without a version (the compacted log's delete, alone in its batch): it
+    follows every stored version in the log and precedes the batch's others, so it closes the
+    newest stored row at the version just after it. Its commit time is unknown (null): that
+    marks the row weak. Nothing when the newest row is closed already or the batch writes the
+    key again at or below that version (a replay: the log goes on after the tombstone)."""
+    tombstone = next((v for v in incoming if v.version < 0 and v.closing), None)
+    if tombstone is None or not spans:
+        return None
+    newest = max(spans, key=lambda s: s.version)
+    at = max(s.last for s in spans) + 1
+    if newest.closing or any(v.version <= at for v in versioned):
+        return None
+    return Version(at, tombstone.op, None, tombstone.row)
 
 
 def _continues(previous: Version, version: Version, track: frozenset[str] | None) -> bool:

@@ -69,8 +69,7 @@ class HistoryWriter:
         incoming: dict[str, list[Version]] = defaultdict(list)
         for change in changes:
             for state in (*change.earlier, change):
-                if not state.is_unversioned:  # a tombstone alone has no place in the order
-                    incoming[state.doc_id].append(_version(route, state, types))
+                incoming[state.doc_id].append(_version(route, state, types))
         if self.handles.get(history_path(self.warehouse, delta)) is None:
             # History turned on for a table whose schema the job accepted before: no schema
             # change asked for ensure_target, so the table is made from this batch's schema.
@@ -109,7 +108,7 @@ class HistoryWriter:
         track = _routed_track(route, delta.track)
         rows: list[dict[str, Any]] = []
         for doc_id, versions in incoming.items():
-            kept = [v for v in versions if v.version > erased.get(doc_id, -1)]
+            kept = [v for v in versions if v.version < 0 or v.version > erased.get(doc_id, -1)]
             if not kept:
                 continue
             held = {int(r[VERSION_FROM]): r for r in stored.get(doc_id, [])}
