@@ -6,7 +6,9 @@ row's (`_cdc_version_to`, `_valid_to`; null while it is the newest). A delete is
 `_cdc_op = 'd'` (a TRUNCATE: `'t'`) repeating the values the key held last (only the key columns
 when the history holds nothing before it): it closes the row before it and holds the interval in
 which the key did not exist, up to a re-insert.
-`_is_current` marks the newest row when it is not a delete. A version whose tracked columns
+A compacted topic's tombstone without a version closes the newest row just after it, with a
+null `_valid_from` (a weak delete, `_weak_delete`). `_is_current` marks the newest row when it is
+not a delete. A version whose tracked columns
 (`track`, default every column) equal the row before it updates that row in place instead of
 opening a new one: its values replace the row's and `_cdc_version` (the newest version merged
 into the row) rises to it.
