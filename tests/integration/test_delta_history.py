@@ -117,3 +117,23 @@ def test_history_turned_on_later_starts_with_the_next_versions(tmp_path: Path) -
     # The mapping now asks for history; the schema did not change, so no ensure_target.
     sink.apply(ROUTE, batch(change("u", 200, 1, product(1, price="20.00"))))
     assert history(tmp_path) == [("u", 200, 200, None, "Keyboard", Decimal("20.00"), True)]
+
+
+def test_a_widened_number_column_is_widened_in_the_history_too(tmp_path: Path) -> None:
+    import pyarrow as pa
+
+    from tests.envelopes import PRODUCT_FIELDS, field
+
+    sink = DeltaSink(tmp_path, tombstone_retention_seconds=3600)
+    narrow = [*PRODUCT_FIELDS, field("stock", "int32")]
+    wide = [*PRODUCT_FIELDS, field("stock", "int64")]
+    first = [routed_change(ROUTE, "c", 100, 1, product(1) | {"stock": 5}, narrow)]
+    sink.ensure_target(ROUTE, first[0].schema)
+    sink.apply(ROUTE, batch(*first))
+    second = [routed_change(ROUTE, "u", 200, 1, product(1, price="2.00") | {"stock": 2**40}, wide)]
+    sink.ensure_target(ROUTE, second[0].schema)
+    sink.apply(ROUTE, batch(*second))
+    path = tmp_path / ROUTE.delta.history_relative_path()  # type: ignore[union-attr]
+    data = DeltaTable(str(path)).to_pyarrow_table()
+    assert data.schema.field("stock").type == pa.int64()
+    assert sorted(data["stock"].to_pylist()) == [5, 2**40]

@@ -154,8 +154,8 @@ def _rewrite_widened(path: Path, table: DeltaTable, widened: list[pa.Field]) -> 
 
 
 def ensure_history(warehouse: Path, route: DeltaRoute, row_schema: pa.Schema) -> list[str]:
-    """Create the history table, or add the columns it lacks (never rewritten: a widened column
-    keeps its older type there). Returns the added column names."""
+    """Create the history table, or evolve it as `ensure_table` does the table (columns added,
+    number columns widened by a rewrite). Returns the added column names."""
     path = history_path(warehouse, route)
     fields = [f.with_nullable(True) for f in row_schema if not f.name.startswith("_cdc_")]
     wanted = pa.schema([*fields, *HISTORY_FIELDS])
@@ -166,6 +166,10 @@ def ensure_history(warehouse: Path, route: DeltaRoute, row_schema: pa.Schema) ->
         log.info("created Delta history table %s at %s", route.history_name(), path)
         return list(wanted.names)
     current = pa.schema(table.schema().to_arrow())
+    widened = [f for f in wanted if f.name in current.names and _retyped(current.field(f.name), f)]
+    if widened:
+        table = _rewrite_widened(path, table, widened)
+        current = pa.schema(table.schema().to_arrow())
     added = [f for f in wanted if f.name not in current.names]
     if added:
         table.alter.add_columns([Field.from_arrow(f) for f in added])
