@@ -8,6 +8,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
@@ -18,7 +19,7 @@ from cdc_sync.sinks.delta import DeltaSink
 from cdc_sync.sinks.delta.history import interval_problems
 from cdc_sync.sinks.delta.readback import history_rows
 from tests.changes import change as routed_change
-from tests.envelopes import coords, product
+from tests.envelopes import PRODUCT_FIELDS, coords, field, product
 
 pytestmark = pytest.mark.integration
 
@@ -120,10 +121,6 @@ def test_history_turned_on_later_starts_with_the_next_versions(tmp_path: Path) -
 
 
 def test_a_widened_number_column_is_widened_in_the_history_too(tmp_path: Path) -> None:
-    import pyarrow as pa
-
-    from tests.envelopes import PRODUCT_FIELDS, field
-
     sink = DeltaSink(tmp_path, tombstone_retention_seconds=3600)
     narrow = [*PRODUCT_FIELDS, field("stock", "int32")]
     wide = [*PRODUCT_FIELDS, field("stock", "int64")]
