@@ -1,4 +1,4 @@
-"""`cdc-sync` command line: init, run, verify, wait, mappings, capture, connectors.
+"""`cdc-sync` command line: init, run, verify, wait, erase, mappings, capture, connectors.
 
 Commands of the development tooling (`stack`, `demo`) are not imported from here: their packages
 register them under the `cdc_sync.commands` entry-point group and this module finds them there,
@@ -215,6 +215,43 @@ def cmd_repair(args: argparse.Namespace) -> int:
     )
     result = repair(mapping, connections, channel, options, source=target.database)
     return 0 if result.converged else 1
+
+
+def cmd_erase(args: argparse.Namespace) -> int:
+    """Remove keys from every sink of a table (docs/erasure.md)."""
+    import psycopg
+
+    from cdc_sync.mapping import load_mapping
+    from cdc_sync.verify.compare import primary_key, source_keys
+    from cdc_sync.verify.erase import erase
+    from cdc_sync.verify.extra_rows import RepairSinks
+
+    mapping = load_mapping(Path(args.mapping))
+    chosen = mapping.chosen([args.table])
+    assert chosen is not None
+    (table,) = chosen
+    connections = _connections(args)
+    source = source_for(mapping, connections, args.connector, args.set)
+    sinks = RepairSinks(mapping, connections)
+    try:
+        with psycopg.connect(source.conninfo) as conn:
+            key_columns = primary_key(conn, table)
+
+            def present() -> set[str]:
+                return set(source_keys(conn, table)) & set(args.key)
+
+            outcome = erase(
+                sinks, mapping.tables[table], key_columns, args.key, present, purge=args.purge
+            )
+    finally:
+        sinks.close()
+    print("\n".join(outcome.lines))
+    if args.purge:
+        print(
+            "purged: Delta versions before this erase can no longer be read (time travel to "
+            "them fails)"
+        )
+    return 1 if outcome.failed else 0
 
 
 def cmd_maintain(args: argparse.Namespace) -> int:
@@ -524,6 +561,33 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_repair_arguments(repair)
     repair.set_defaults(handler=cmd_repair)
+
+    erase_cmd = sub.add_parser(
+        "erase",
+        help="remove keys from every sink of a table, history included (rows deleted in "
+        "Postgres first); --purge also from older Delta versions",
+    )
+    erase_cmd.add_argument("--mapping", required=True)
+    erase_cmd.add_argument("--table", required=True, help="schema.table")
+    erase_cmd.add_argument(
+        "--key",
+        action="append",
+        required=True,
+        help="document id: the primary key as text, composite keys joined with | (repeatable)",
+    )
+    erase_cmd.add_argument(
+        "--purge",
+        action="store_true",
+        help="then vacuum the Delta table and its history with retention 0: the erased values "
+        "leave older table versions too (breaks time travel to before the purge)",
+    )
+    erase_cmd.add_argument(
+        "--connector", help="connector JSON (default: the mapping's source.connector)"
+    )
+    erase_cmd.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="connector override"
+    )
+    erase_cmd.set_defaults(handler=cmd_erase)
 
     maintain = sub.add_parser(
         "maintain",

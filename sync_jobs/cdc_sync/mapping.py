@@ -109,9 +109,27 @@ class DeltaRoute:
     # Delta's Change Data Feed (`delta.enableChangeDataFeed`): downstream jobs read the table's
     # row-level changes (`table_changes`, deltalake `load_cdf`).
     change_data_feed: bool = False
+    # SCD type 2 history (sinks.delta.history): a second table with one row per version of each
+    # key; `track`: the (source) columns whose changes open a new version, None = every column.
+    history: bool = False
+    track: tuple[str, ...] | None = None
+    history_table: TableId | None = None  # default `<schema>.<table>__history`
 
     def relative_path(self) -> str:
         return f"{self.schema}/{self.table}"
+
+    def history_target(self) -> TableId:
+        return self.history_table or TableId(self.schema, f"{self.table}{HISTORY_SUFFIX}")
+
+    def history_relative_path(self) -> str:
+        target = self.history_target()
+        return f"{target.schema}/{target.table}"
+
+    def history_name(self) -> str:
+        return str(self.history_target())
+
+
+HISTORY_SUFFIX = "__history"
 
 
 @dataclass(frozen=True)
@@ -204,6 +222,14 @@ class MappingFile:
             str(table)
             for table, route in self.tables.items()
             if route.policies.on_tombstone is OnTombstone.DELETE
+        )
+
+    def history_tables(self) -> frozenset[str]:
+        """Routed tables (`schema.table`) with a Delta history (`delta.history`)."""
+        return frozenset(
+            str(table)
+            for table, route in self.tables.items()
+            if route.delta is not None and route.delta.history
         )
 
     def read_tables(self) -> list[TableId]:
@@ -355,7 +381,15 @@ def _table_route(
         delta=_delta_route(reader, table),
         policies=_policies(reader, defaults),
     )
-    return replace(route, shapes=_shapes(reader, route))
+    route = replace(route, shapes=_shapes(reader, route))
+    if route.delta is not None and route.delta.history and not route.shape("delta").plain:
+        # The history is written from the routed rows; shaping its versions is not built yet.
+        raise reader.error(
+            "delta.history",
+            "not supported with a Delta shape (filter, computed, mask, hash, "
+            "drop, on_delete or columns in the delta section or at table level)",
+        )
+    return route
 
 
 def _shapes(reader: FieldReader, route: TableRoute) -> dict[str, SinkShape]:
@@ -419,15 +453,44 @@ def _delta_route(reader: FieldReader, table: TableId) -> DeltaRoute | None:
     section = _section(reader, "delta")
     if section is None:
         return None
-    section.reject_unknown(("table", "partition_by", "change_data_feed", *SINK_SHAPE_KEYS))
-    qualified = section.str_("table", str(table))
-    try:
-        target = TableId.parse(qualified)
-    except ValueError as exc:
-        raise section.error("table", str(exc)) from exc
+    section.reject_unknown(
+        (
+            "table",
+            "partition_by",
+            "change_data_feed",
+            "history",
+            "track",
+            "history_table",
+            *SINK_SHAPE_KEYS,
+        )
+    )
+    target = _qualified(section, "table", str(table))
+    history = section.bool_("history", False)
+    track = section.str_list("track")
+    history_table = section.optional_str("history_table")
+    if not history and (track is not None or history_table is not None):
+        raise section.error("history", "track and history_table need history: true")
+    columns = reader.str_list("columns")
+    untracked = [c for c in track or () if columns is not None and c not in columns]
+    if untracked:
+        raise section.error("track", f"{untracked} not among the table's columns {columns}")
+    if track is not None and not track:
+        raise section.error("track", "empty: list at least one column, or leave track out")
     return DeltaRoute(
         target.schema,
         target.table,
         section.str_list("partition_by") or (),
         change_data_feed=section.bool_("change_data_feed", False),
+        history=history,
+        track=tuple(track) if track is not None else None,
+        history_table=(
+            _qualified(section, "history_table", history_table) if history_table else None
+        ),
     )
+
+
+def _qualified(section: FieldReader, name: str, default: str) -> TableId:
+    try:
+        return TableId.parse(section.str_(name, default))
+    except ValueError as exc:
+        raise section.error(name, str(exc)) from exc

@@ -202,3 +202,23 @@ def test_a_key_in_two_partitions_of_one_batch_fails_naming_topic_and_partitions(
         r"partition count changed.*after the job drained it.*recreate the topic",
     ):
         SideRows(crossing)
+
+
+def test_history_tables_keep_each_keys_earlier_versions_beside_the_folded_one() -> None:
+    key = key_bytes("products", {"id": 1})
+    records: list[tuple[bytes | None, bytes | None]] = [
+        (key, envelope_bytes("products", "c", 10, product(1, price="1.00"))),
+        (key, envelope_bytes("products", "u", 20, product(1, price="2.00"))),
+        (key, envelope_bytes("products", "u", 30, product(1, price="3.00"))),
+    ]
+
+    def folded(history: frozenset[str]) -> list[object]:
+        outputs = decode_and_fold(iter([kafka_batch(records)]), history_tables=history)
+        rows = [r for out in outputs for r in out.to_pylist() if r["kind"] == KIND_CHANGE]
+        (row,) = rows
+        change = load_change(row)
+        assert change.version == 30
+        return [c.version for c in change.earlier]
+
+    assert folded(frozenset({"shop.products"})) == [10, 20]
+    assert folded(frozenset()) == []  # other tables: the fold alone, as before

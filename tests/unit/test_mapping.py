@@ -71,6 +71,11 @@ def test_bad_input_policies_default_to_fail_and_tombstones_to_delete(tmp_path: P
             "'drop' is not one of delete, skip, fail",
         ),
         (
+            "source: {topic_prefix: p}\ntables:\n  a.b: {delta: {history: true, drop: [x]}}\n",
+            "tables.a.b.delta.history",
+            "not supported with a Delta shape",
+        ),
+        (
             "source: {topic_prefix: p}\ntables:\n  a.b: {on_snapshot_end: drop}\n",
             "tables.a.b.on_snapshot_end",
             "'drop' is not one of sweep, keep",
@@ -100,3 +105,34 @@ def test_every_captured_table_must_be_routed_or_ignored(tmp_path: Path) -> None:
     )
     assert mapping.uncovered([TableId("a", "b"), TableId("a", "c")]) == []
     assert mapping.uncovered([TableId("a", "d")]) == [TableId("a", "d")]
+
+
+def test_delta_history_is_named_by_convention_and_tracks_the_listed_columns(
+    tmp_path: Path,
+) -> None:
+    mapping = load_mapping(REPO / "mappings" / "shop.yaml")
+    delta = mapping.tables[TableId("shop", "products")].delta
+    assert delta is not None and delta.history and delta.track == ("price",)
+    assert delta.history_relative_path() == "shop/products__history"
+    assert mapping.history_tables() == frozenset({"shop.products"})
+    custom = (
+        "source: {topic_prefix: p}\ntables:\n  a.b: {delta: {history: true, history_table: h.x}}\n"
+    )
+    routed = load_mapping(write(tmp_path, custom)).tables[TableId("a", "b")].delta
+    assert routed is not None and routed.history_relative_path() == "h/x" and routed.track is None
+
+
+@pytest.mark.parametrize(
+    ("delta", "message"),
+    [
+        ("{track: [price]}", "need history: true"),
+        ("{history: true, track: [nope]}", "not among the table's columns"),
+        ("{history: true, track: []}", "empty"),
+    ],
+)
+def test_bad_history_settings_name_the_field(tmp_path: Path, delta: str, message: str) -> None:
+    text = (
+        f"source: {{topic_prefix: p}}\ntables:\n  a.b: {{columns: [id, price], delta: {delta}}}\n"
+    )
+    with pytest.raises(ConfigError, match=message):
+        load_mapping(write(tmp_path, text))

@@ -97,6 +97,10 @@ class Change:
     # and every row the sinks hold older than it that the snapshot did not write is gone
     # (job.truncates applies it as a `Truncate` with `snapshot_end`).
     ends_snapshot: bool = False
+    # Tables with a Delta history (`delta.history`): the key's earlier states in the batch, one
+    # per version (the last change of each), oldest first. The fold keeps only the newest state;
+    # the history needs every version (sinks.delta.history). Empty for every other table.
+    earlier: tuple[Change, ...] = field(default=(), compare=False, repr=False)
 
     @property
     def is_delete(self) -> bool:

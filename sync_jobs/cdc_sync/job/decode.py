@@ -215,25 +215,28 @@ def load_change(row: dict[str, object]) -> Change:
 
 
 def fold_batches(
-    batches: Iterator[pa.RecordBatch], open_keys: OpenKeys | None = None
+    batches: Iterator[pa.RecordBatch],
+    open_keys: OpenKeys | None = None,
+    history_tables: frozenset[str] = frozenset(),
 ) -> Iterator[pa.RecordBatch]:
     """Input sorted by key (then version); a key's changes may span Arrow batches. A key is
     (table, doc_id): doc ids are injective per table (DESIGN.md). `open_keys`: what the batch
-    before left open, and where this batch's open keys are collected."""
+    before left open, and where this batch's open keys are collected. `history_tables`: tables
+    (`schema.table`) whose folded changes keep their earlier versions (`Change.earlier`)."""
     keys = open_keys or OpenKeys({}, {})
     pending: list[dict[str, object]] = []
     group: list[dict[str, object]] = []
     for batch in batches:
         for row in batch.to_pylist():
             if group and (group[0]["table"], group[0]["doc_id"]) != (row["table"], row["doc_id"]):
-                pending.append(_folded_group(group, keys))
+                pending.append(_folded_group(group, keys, history_tables))
                 group = []
             group.append(row)
         if len(pending) >= 4096:
             yield pa.RecordBatch.from_pylist(pending, schema=DECODED_SCHEMA)
             pending = []
     if group:
-        pending.append(_folded_group(group, keys))
+        pending.append(_folded_group(group, keys, history_tables))
     if pending:
         yield pa.RecordBatch.from_pylist(pending, schema=DECODED_SCHEMA)
 
@@ -243,7 +246,11 @@ FOLDED_COLUMNS = ("topic", "partition", "offset", "table", "doc_id", "version", 
                   "schema_fp", "op", "transaction")  # fmt: skip
 
 
-def _folded_group(rows: list[dict[str, object]], open_keys: OpenKeys) -> dict[str, object]:
+def _folded_group(
+    rows: list[dict[str, object]],
+    open_keys: OpenKeys,
+    history_tables: frozenset[str] = frozenset(),
+) -> dict[str, object]:
     where = (str(rows[0]["topic"]), int(str(rows[0]["partition"])))
     doc_id = str(rows[0]["doc_id"])
     carried = open_keys.carried_for(where, doc_id)
@@ -255,7 +262,7 @@ def _folded_group(rows: list[dict[str, object]], open_keys: OpenKeys) -> dict[st
         return {"kind": KIND_CHANGE} | {name: row[name] for name in FOLDED_COLUMNS}
     group = [load_change(row) for row in rows]
     fingerprints = {c.coordinates: row["schema_fp"] for c, row in zip(group, rows, strict=True)}
-    state = fold_key(group, carried)
+    state = fold_key(group, carried, keep_earlier=str(rows[0]["table"]) in history_tables)
     open_keys.note(where, doc_id, state, group, carried)
     source = state
     if state.resolve_from_source:  # read as a whole row: with the create's schema, if here
@@ -379,13 +386,15 @@ def decode_and_fold(
     tombstone_deletes: frozenset[str] | None = None,
     floors: Mapping[tuple[str, int], int] | None = None,
     open_transactions: Mapping[Where, OpenTransaction] | None = None,
+    history_tables: frozenset[str] = frozenset(),
 ) -> Iterator[pa.RecordBatch]:
     """One input partition: its records decoded, its changes folded per key (sorted here, in
     the task: no shuffle), then its side rows. A folded change's schema travels as a
     fingerprint; the first row of each fingerprint carries the pickled schema. `floors`: see
     `decode_batches`; the stats rows carry each partition's highest snapshot point.
     `open_transactions`: what the batch before left open per partition (job.open_transactions);
-    a `KIND_OPEN` side row per partition tells what this batch leaves."""
+    a `KIND_OPEN` side row per partition tells what this batch leaves. `history_tables`: see
+    `fold_batches`."""
     decoded = pa.Table.from_batches(
         list(decode_batches(batches, known, tombstone_deletes, floors)), schema=DECODED_SCHEMA
     )
@@ -407,7 +416,7 @@ def decode_and_fold(
     folded: dict[str, int] = defaultdict(int)  # per table, its folded changes
     keys: dict[str, list[str]] = defaultdict(list)  # per table, its folded keys (doc ids)
     where: dict[str, tuple[str, int]] = {}  # per table, the (topic, partition) read
-    for batch in fold_batches(iter(changes.to_batches()), open_keys):
+    for batch in fold_batches(iter(changes.to_batches()), open_keys, history_tables):
         rows = batch.to_pylist()
         for row in rows:
             fingerprint = row["schema_fp"]

@@ -125,13 +125,23 @@ def version_tombstones(
     return sorted(versioned, key=order_key)
 
 
-def fold_key(changes: Sequence[Change], carried: Transaction | None = None) -> Change:
+def fold_key(
+    changes: Sequence[Change], carried: Transaction | None = None, keep_earlier: bool = False
+) -> Change:
     """The state one key's changes of a batch leave. `carried`: the open transaction of the batch
-    before, when it created this key (`OpenTransaction.carried`)."""
+    before, when it created this key (`OpenTransaction.carried`). `keep_earlier` (tables with a
+    Delta history): the state also carries the earlier states it passed through, the last one of
+    each older version (`Change.earlier`)."""
     ordered = version_tombstones(changes, carried)
     state = ordered[0]
+    states = [state]
     for change in ordered[1:]:
         state = fold(state, change)
+        states.append(state)
+    if keep_earlier:
+        last_per_version = {s.version: s for s in states}  # a transaction's last change wins
+        earlier = tuple(s for v, s in last_per_version.items() if v != state.version)
+        state = dataclasses.replace(state, earlier=earlier)
     if state.is_delete and (
         created_in_the_same_transaction(state, ordered)
         or (carried is not None and carried.holds(state))

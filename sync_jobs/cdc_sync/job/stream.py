@@ -81,6 +81,7 @@ class MicroBatchProcessor:
         self.row_sinks = [sink for sink in applier.sinks if sink not in self.driver_sinks]
         self.known = known  # shipped to executors
         self.tombstone_deletes = applier.mapping.tombstone_delete_tables()
+        self.history_tables = applier.mapping.history_tables()
         # Highest snapshot point per partition (job.version_floors), kept beside the checkpoint.
         self.floors_store = floors_store
         self.floors = floors_store.load() if floors_store is not None else StoredFloors()
@@ -102,6 +103,7 @@ class MicroBatchProcessor:
             tombstone_deletes=self.tombstone_deletes,
             floors=floors,
             open_transactions=open_before,
+            history_tables=self.history_tables,
         )
         phases = self.small.phases(batch, batch_id) if self.small else SparkPhases(batch)
         # On the driver the row sinks are written like Delta: every (table, sink) at once,

@@ -9,6 +9,7 @@ the driver (`deferred`), which commits them once the tasks are done.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -87,6 +88,8 @@ def write_table(
         written.seconds["fill"] = time.monotonic() - started
     # After the fill: filters and computed fields read whole rows (`cdc_sync.shape`).
     per_sink = route.sink_changes(schema.schema, [schema.conform(c) for c in changes])
+    if route.delta is not None and route.delta.history and "delta" in per_sink:
+        per_sink["delta"] = [_with_earlier(route, schema, c, fence) for c in per_sink["delta"]]
     for change in changes:
         written.progress = written.progress.add(change)
     for name, result, seconds in _apply_each(route, per_sink, sinks):
@@ -95,6 +98,21 @@ def write_table(
     if defer:
         written.deferred = per_sink
     return written
+
+
+def _with_earlier(
+    route: TableRoute, schema: SchemaState, routed: Change, fence: TruncateFence | None
+) -> Change:
+    """A Delta history's change (its Delta shape is plain: `mapping`) with the earlier versions
+    it carries (`Change.earlier`) routed too, without those the table's TRUNCATE covers."""
+    if not routed.earlier:
+        return routed
+    earlier = tuple(
+        route.route(schema.conform(state))
+        for state in routed.earlier
+        if fence is None or not fence.covers(state)
+    )
+    return dataclasses.replace(routed, earlier=earlier)
 
 
 def _apply_each(

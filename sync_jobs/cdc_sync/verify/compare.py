@@ -38,6 +38,7 @@ from cdc_sync.schema.catalog import (
 from cdc_sync.schema.source_rows import array_as_text, read_table, register_value_loaders
 from cdc_sync.shape.rows import marked_deleted, sink_rows
 from cdc_sync.shape.spec import SOFT_DELETE_COLUMNS
+from cdc_sync.sinks.delta import history
 from cdc_sync.sinks.delta import readback as delta_readback
 from cdc_sync.sinks.redis import readback as cache_readback
 from cdc_sync.sinks.search import readback as search_readback
@@ -289,6 +290,23 @@ def compare_sink(route: TableRoute, sink: str, expected: Rows, actual: Rows) -> 
     return result
 
 
+def history_rows(warehouse: Path, route: TableRoute) -> tuple[Rows, list[str]]:
+    """The history's current rows (`_is_current`) by doc id, and the ids whose versions break
+    the interval rules (gaps, overlaps, more than one current row)."""
+    assert route.delta is not None
+    by_id: dict[str, list[dict[str, Any]]] = {}
+    for row in delta_readback.history_rows(warehouse, route.delta):
+        by_id.setdefault(str(row[history.ID]), []).append(row)
+    current = {
+        ident: canonical_row({k: v for k, v in row.items() if k not in history.HISTORY_COLUMNS})
+        for ident, rows in by_id.items()
+        for row in rows
+        if row[history.IS_CURRENT]
+    }
+    broken = sorted(ident for ident, rows in by_id.items() if history.interval_problems(rows))
+    return current, broken
+
+
 def compare(sink: str, expected: Rows, actual: Rows) -> SinkComparison:
     result = SinkComparison(sink, len(actual))
     result.missing = sorted(set(expected) - set(actual))
@@ -355,6 +373,12 @@ def verify_all(
                     compare_sink(route, name, shaped.rows_for(name, modes), rows)
                     for name, rows in actual
                 ]
+                if route.delta is not None and route.delta.history and "delta" in wanted:
+                    # A history's Delta shape is plain (mapping): its rows are the table's.
+                    current, broken = history_rows(warehouse, route)
+                    checked = compare("history", expected, current)
+                    checked.different = sorted({*checked.different, *broken})
+                    comparisons.append(checked)
                 report.append(TableComparison(route.table, len(expected), comparisons))
     finally:  # repeated verifies (repair, tests polling) must not leak connections
         if cache is not None:

@@ -16,7 +16,8 @@ from cdc_sync.schema.arrow import arrow_schema
 from cdc_sync.sinks.base import WriteResult
 from cdc_sync.sinks.delta.actions import DeltaActions, to_actions
 from cdc_sync.sinks.delta.client import DeltaLakeWriter
-from cdc_sync.sinks.delta.target import ensure_table
+from cdc_sync.sinks.delta.history_writer import HistoryWriter
+from cdc_sync.sinks.delta.target import ensure_history, ensure_table
 from cdc_sync.sinks.delta.watermarks import DeltaWatermarks
 
 
@@ -46,6 +47,7 @@ class DeltaSink:
         self.retry = retry.for_target(self.name)
         self.writer = writer or DeltaLakeWriter(warehouse, tombstone_retention_seconds)
         self.watermarks = DeltaWatermarks(warehouse)
+        self.history = HistoryWriter(warehouse)  # through deltalake whatever the writer
 
     def ensure_target(self, route: TableRoute, schema: RowSchema | None) -> None:
         if route.delta is None or schema is None:
@@ -57,29 +59,52 @@ class DeltaSink:
             f"delta ensure_target {delta.relative_path()}",
             self.retry,
         )
+        if delta.history:
+            retried(
+                lambda: ensure_history(self.warehouse, delta, arrow_schema(schema)),
+                is_transient,
+                f"delta ensure_target {delta.history_relative_path()}",
+                self.retry,
+            )
 
     def apply(self, route: TableRoute, changes: Sequence[Change]) -> WriteResult:
         delta = route.delta
         actions = to_actions(route, changes) if delta is not None else None
         if delta is None or actions is None:
             return WriteResult()
-        return retried(
+        result = retried(
             lambda: self.writer.write_batch(delta, actions),
             is_transient,
             f"delta merge {delta.relative_path()}",
             self.retry,
         )
+        if delta.history:
+            retried(
+                lambda: self.history.write(route, changes),
+                is_transient,
+                f"delta history merge {delta.history_relative_path()}",
+                self.retry,
+            )
+        return result
 
     def truncate(self, route: TableRoute, truncate: Truncate) -> int:
         delta = route.delta
         if delta is None:
             return 0
-        return retried(
+        removed = retried(
             lambda: self.writer.truncate(delta, truncate.version),
             is_transient,
             f"delta truncate {delta.relative_path()}",
             self.retry,
         )
+        if delta.history:
+            retried(
+                lambda: self.history.truncate(route, truncate.version, truncate.source_ts_ms),
+                is_transient,
+                f"delta history truncate {delta.history_relative_path()}",
+                self.retry,
+            )
+        return removed
 
     def record_watermark(self, routes: Mapping[str, TableRoute], position: int) -> None:
         retried(

@@ -22,6 +22,7 @@ from cdc_sync.mapping import DeltaRoute
 from cdc_sync.sinks.delta import is_transient
 from cdc_sync.sinks.delta.target import (
     ensure_properties,
+    history_path,
     open_table,
     table_path,
     tombstone_path,
@@ -84,6 +85,9 @@ def maintain_route(
         )
         upkeep = _maintain(data, name, options, retry)
         results.append(replace(upkeep, properties_set=tuple(properties)))
+    history = history_path(warehouse, route)
+    if route.history and open_table(history) is not None:
+        results.append(_maintain(history, f"{route.history_name()} (history)", options, retry))
     stones = tombstone_path(warehouse, route)
     if open_table(stones) is not None:
         store = TombstoneStore(warehouse, options.tombstone_retention_seconds)

@@ -12,13 +12,22 @@ from typing import Any
 from cdc_sync.core.model import document_id
 from cdc_sync.mapping import DeltaRoute
 from cdc_sync.schema.arrow import python_value
-from cdc_sync.sinks.delta.target import open_table, table_path
+from cdc_sync.sinks.delta.target import history_path, open_table, table_path
 from cdc_sync.sinks.delta.watermarks import LSN, TOPIC, watermark_path
 
 
 def table_rows(warehouse: Path, delta: DeltaRoute) -> list[dict[str, Any]]:
     """Every row of the table (empty when it does not exist yet)."""
-    table = open_table(table_path(warehouse, delta))
+    return _rows(table_path(warehouse, delta))
+
+
+def history_rows(warehouse: Path, delta: DeltaRoute) -> list[dict[str, Any]]:
+    """Every row of the table's SCD type 2 history (`delta.history`; empty when none)."""
+    return _rows(history_path(warehouse, delta))
+
+
+def _rows(path: Path) -> list[dict[str, Any]]:
+    table = open_table(path)
     if table is None:
         return []
     data = table.to_pyarrow_table()

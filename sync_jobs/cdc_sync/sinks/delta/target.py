@@ -11,9 +11,21 @@ from deltalake.exceptions import TableNotFoundError
 
 from cdc_sync.mapping import DeltaRoute
 from cdc_sync.shape.spec import SOFT_DELETE_COLUMNS
+from cdc_sync.sinks.delta import history as history
 from cdc_sync.sinks.delta.actions import METADATA_FIELDS, VERSION
 
 log = logging.getLogger(__name__)
+
+HISTORY_FIELDS = (
+    pa.field(history.ID, pa.string(), nullable=False),
+    pa.field(history.VERSION_FROM, pa.int64(), nullable=False),
+    pa.field(history.VERSION_LAST, pa.int64(), nullable=False),
+    pa.field(history.VERSION_TO, pa.int64()),
+    pa.field(history.VALID_FROM, pa.timestamp("us", tz="UTC")),
+    pa.field(history.VALID_TO, pa.timestamp("us", tz="UTC")),
+    pa.field(history.IS_CURRENT, pa.bool_(), nullable=False),
+    pa.field(history.OP, pa.string(), nullable=False),
+)
 
 TOMBSTONE_ROOT = "_cdc_tombstones"
 TOMBSTONE_ID = "_cdc_id"
@@ -34,6 +46,20 @@ def table_path(warehouse: Path, route: DeltaRoute) -> Path:
 def tombstone_path(warehouse: Path, route: DeltaRoute) -> Path:
     """Deleted keys with their delete version: fences stale updates after a delete."""
     return warehouse / TOMBSTONE_ROOT / route.relative_path()
+
+
+def history_path(warehouse: Path, route: DeltaRoute) -> Path:
+    """The SCD type 2 history table (`delta.history`): `<schema>/<table>__history` by default."""
+    return warehouse / route.history_relative_path()
+
+
+def erased_path(warehouse: Path, route: DeltaRoute) -> Path:
+    """Keys erased by `cdc-sync erase` with the newest version erased: a replay of the topic
+    must not write their older versions into the history again (never pruned)."""
+    return warehouse / ERASED_ROOT / route.history_relative_path()
+
+
+ERASED_ROOT = "_cdc_erased"
 
 
 def open_table(path: Path) -> DeltaTable | None:
@@ -132,6 +158,30 @@ def _rewrite_widened(path: Path, table: DeltaTable, widened: list[pa.Field]) -> 
         path,
     )
     return DeltaTable(str(path))
+
+
+def ensure_history(warehouse: Path, route: DeltaRoute, row_schema: pa.Schema) -> list[str]:
+    """Create the history table, or evolve it as `ensure_table` does the table (columns added,
+    number columns widened by a rewrite). Returns the added column names."""
+    path = history_path(warehouse, route)
+    fields = [f.with_nullable(True) for f in row_schema if not f.name.startswith("_cdc_")]
+    wanted = pa.schema([*fields, *HISTORY_FIELDS])
+    table = open_table(path)
+    if table is None:
+        path.mkdir(parents=True, exist_ok=True)
+        DeltaTable.create(str(path), schema=wanted, mode="ignore", name=route.history_name())
+        log.info("created Delta history table %s at %s", route.history_name(), path)
+        return list(wanted.names)
+    current = pa.schema(table.schema().to_arrow())
+    widened = [f for f in wanted if f.name in current.names and _retyped(current.field(f.name), f)]
+    if widened:
+        table = _rewrite_widened(path, table, widened)
+        current = pa.schema(table.schema().to_arrow())
+    added = [f for f in wanted if f.name not in current.names]
+    if added:
+        table.alter.add_columns([Field.from_arrow(f) for f in added])
+        log.info("added columns %s to Delta history table %s", [f.name for f in added], path)
+    return [f.name for f in added]
 
 
 def ensure_tombstones(warehouse: Path, route: DeltaRoute) -> None:
