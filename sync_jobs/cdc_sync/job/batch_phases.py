@@ -9,9 +9,8 @@ where it ran.
 - `SparkPhases`: two Spark jobs over the batch's DataFrame, one task per Kafka partition, in
   parallel on the executors (no shuffle: a key never leaves its partition).
 - `DriverPhases`: the driver reads the batch's offset ranges (from the checkpoint's offset log)
-  itself, every range through one consumer assigned to all of them at once, with the checks of
-  the source's own reader (`source.driver_reads`; a consumer kept across ranges and
-  re-assigned from one to the next waited behind its long-polling fetch of the previous range:
+  itself with the source's own reader, a consumer per range as in a task (one kept across
+  ranges waited behind its long-polling fetch of the previous range on every reassignment:
   seconds a batch), and runs both functions in process. A Spark job costs ~0.2-0.5 s of
   scheduling, Python worker hops and Arrow transfers whatever its size; a batch of a few
   hundred records spent most of its time there. Small batches skip both jobs; large ones (the
@@ -42,10 +41,9 @@ from cdc_sync.job.task_writes import (
 )
 from cdc_sync.source.checkpoint import batch_end_offsets
 from cdc_sync.source.data_loss import Watermarks, batch_ranges, moved_back
-from cdc_sync.source.driver_reads import consume_ranges
 from cdc_sync.source.offsets import PartitionRange, TopicPartition
 from cdc_sync.source.options import KafkaSourceOptions
-from cdc_sync.source.python_kafka import arrow_batches, broker_watermarks
+from cdc_sync.source.python_kafka import broker_watermarks, read_range_arrow
 
 FOLDED_SPARK = from_arrow_schema(FOLDED_SCHEMA)  # one schema: decode.py's Arrow one
 WRITES_SPARK = from_arrow_schema(WRITES_SCHEMA)
@@ -116,10 +114,10 @@ class DriverPhases:
 
     def decode(self, decode_fold: DecodeFold) -> list[dict[str, Any]]:
         side: list[dict[str, Any]] = []
-        read = consume_ranges(self.options, self.ranges)
         for span in self.ranges:
-            records = arrow_batches(span, read[(span.topic, span.partition)])
-            folded = pa.Table.from_batches(list(decode_fold(records)), schema=FOLDED_SCHEMA)
+            folded = pa.Table.from_batches(
+                list(decode_fold(read_range_arrow(self.options, span))), schema=FOLDED_SCHEMA
+            )
             is_change = pc.equal(folded["kind"], KIND_CHANGE)
             changes = folded.filter(is_change).select(list(WRITE_COLUMNS))
             self.changes.append(changes.to_batches())

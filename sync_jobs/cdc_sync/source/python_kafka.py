@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -112,11 +112,6 @@ class CdcKafkaDataSource(DataSource):
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return CdcKafkaStreamReader(parse_options(self.options))
-
-
-def range_consumer(options: KafkaSourceOptions) -> Consumer:
-    """A consumer for reading planned ranges: it reports reaching a partition's end."""
-    return _consumer(options, **{"enable.partition.eof": True})
 
 
 def _consumer(options: KafkaSourceOptions, **overrides: Any) -> Consumer:
@@ -309,7 +304,7 @@ def consume_range(options: KafkaSourceOptions, span: PartitionRange) -> Iterator
     (compaction, transaction markers) simply never arrive. Reaching ``end`` is detected by a
     message at or past it or by the partition-EOF event at or past it.
     """
-    consumer = range_consumer(options)
+    consumer = _consumer(options, **{"enable.partition.eof": True})
     try:
         low, high = consumer.get_watermark_offsets(
             KafkaTopicPartition(span.topic, span.partition),
@@ -332,7 +327,7 @@ def consume_range(options: KafkaSourceOptions, span: PartitionRange) -> Iterator
                 error = message.error()
                 if error is not None:
                     if error.code() == KafkaError._PARTITION_EOF:
-                        next_offset = max(next_offset, message_offset(message))
+                        next_offset = max(next_offset, _offset(message))
                         continue
                     if error.fatal():
                         raise KafkaException(error)
@@ -346,7 +341,7 @@ def consume_range(options: KafkaSourceOptions, span: PartitionRange) -> Iterator
                         error.str(),
                     )
                     continue
-                offset = message_offset(message)
+                offset = _offset(message)
                 if offset >= span.end:
                     next_offset = span.end
                     break
@@ -357,7 +352,7 @@ def consume_range(options: KafkaSourceOptions, span: PartitionRange) -> Iterator
         consumer.close()
 
 
-def message_offset(message: Message) -> int:
+def _offset(message: Message) -> int:
     offset = message.offset()
     if offset is None:  # only for messages that carry no partition position
         raise KafkaException(f"{SOURCE_NAME}: message without offset from {message.topic()}")
@@ -372,11 +367,6 @@ def _timestamp(message: Message) -> tuple[int | None, int]:
 
 
 def read_range_arrow(options: KafkaSourceOptions, span: PartitionRange) -> Iterator[pa.RecordBatch]:
-    return arrow_batches(span, consume_range(options, span))
-
-
-def arrow_batches(span: PartitionRange, messages: Iterable[Message]) -> Iterator[pa.RecordBatch]:
-    """`messages` of `span`, in offset order, as Arrow batches of `ARROW_SCHEMA`."""
     keys: list[bytes | None] = []
     values: list[bytes | None] = []
     offsets: list[int] = []
@@ -401,11 +391,11 @@ def arrow_batches(span: PartitionRange, messages: Iterable[Message]) -> Iterator
             column.clear()
         return batch
 
-    for message in messages:
+    for message in consume_range(options, span):
         micros, kind = _timestamp(message)
         keys.append(message.key())
         values.append(message.value())
-        offsets.append(message_offset(message))
+        offsets.append(_offset(message))
         timestamps.append(micros)
         kinds.append(kind)
         if len(offsets) >= ROWS_PER_ARROW_BATCH:
