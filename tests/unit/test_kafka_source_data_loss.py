@@ -177,9 +177,8 @@ def test_planning_continues_from_the_low_watermark_when_told_to() -> None:
         PartitionRange("t", 0, 0, 3),
         PartitionRange("t", 1, 2, 30),
     ]
-    assert checked_span(spans[1].span, (10, 30), fail_on_data_loss=False) == PartitionRange(
-        "t", 1, 10, 30
-    )
+    below = PartitionRange("t", 1, 2, 30)
+    assert checked_span(below, (10, 30), fail_on_data_loss=False) == PartitionRange("t", 1, 10, 30)
     # Re-planned after a restart (no latestOffset first): partitions() checks both itself.
     replanned = reader({("t", 0): (0, 3), ("t", 1): (10, 30)}, failOnDataLoss="false")
     spans = replanned.partitions(checkpoint, end)
