@@ -10,7 +10,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from pyspark.sql.streaming.datasource import ReadMaxRows
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from cdc_sync.source import stream_options
 from cdc_sync.source.data_loss import (
@@ -21,6 +21,7 @@ from cdc_sync.source.data_loss import (
     find_lost,
     resolve_starts,
 )
+from cdc_sync.source.end_offsets import EARLIEST, LATEST
 from cdc_sync.source.offsets import PartitionRange, from_offset_json, to_offset_json
 from cdc_sync.source.options import parse_options
 from cdc_sync.source.python_kafka import CdcKafkaStreamReader, KafkaPartitionRange
@@ -111,10 +112,12 @@ def test_fail_on_data_loss_option_defaults_to_true_like_the_builtin_source() -> 
 
 
 class FakeMetadataConsumer:
-    """list_topics / get_watermark_offsets of a broker holding ``marks``."""
+    """list_topics / get_watermark_offsets / offsets_for_times of a broker holding ``marks``;
+    ``asked``: each ListOffsets request, as (side, partitions), side "low" or "high"."""
 
     def __init__(self, marks: dict[tuple[str, int], tuple[int, int]]) -> None:
         self.marks = marks
+        self.asked: list[tuple[str, list[tuple[str, int]]]] = []
 
     def list_topics(self, timeout: float) -> Any:
         topics: dict[str, Any] = {}
@@ -124,7 +127,22 @@ class FakeMetadataConsumer:
         return SimpleNamespace(topics=topics)
 
     def get_watermark_offsets(self, tp: Any, timeout: float, cached: bool) -> tuple[int, int]:
+        self.asked += [(side, [(tp.topic, tp.partition)]) for side in ("low", "high")]
         return self.marks[(tp.topic, tp.partition)]
+
+    def offsets_for_times(self, partitions: list[Any], timeout: float) -> list[Any]:
+        side = {EARLIEST: "low", LATEST: "high"}[partitions[0].offset]
+        assert all(tp.offset == partitions[0].offset for tp in partitions)
+        self.asked.append((side, [(tp.topic, tp.partition) for tp in partitions]))
+        return [
+            SimpleNamespace(
+                topic=tp.topic,
+                partition=tp.partition,
+                offset=self.marks[(tp.topic, tp.partition)][side == "high"],
+                error=None,
+            )
+            for tp in partitions
+        ]
 
     def close(self) -> None:
         return None
@@ -153,10 +171,67 @@ def test_planning_continues_from_the_low_watermark_when_told_to() -> None:
     end = planner.latestOffset(checkpoint, ReadMaxRows(100))
     assert end == {"t": {"0": 3, "1": 30}}
     spans = planner.partitions(checkpoint, end)
+    # Partition 1's start lies below its low watermark: planning did not ask that one, the
+    # read does (`checked_span`), and starts at the low watermark.
+    assert [p.span for p in spans if isinstance(p, KafkaPartitionRange)] == [
+        PartitionRange("t", 0, 0, 3),
+        PartitionRange("t", 1, 2, 30),
+    ]
+    below = PartitionRange("t", 1, 2, 30)
+    assert checked_span(below, (10, 30), fail_on_data_loss=False) == PartitionRange("t", 1, 10, 30)
+    # Re-planned after a restart (no latestOffset first): partitions() checks both itself.
+    replanned = reader({("t", 0): (0, 3), ("t", 1): (10, 30)}, failOnDataLoss="false")
+    spans = replanned.partitions(checkpoint, end)
     assert [p.span for p in spans if isinstance(p, KafkaPartitionRange)] == [
         PartitionRange("t", 0, 0, 3),
         PartitionRange("t", 1, 10, 30),
     ]
+
+
+def test_planning_asks_each_partition_s_end_once_and_its_start_only_where_it_decides() -> None:
+    """On the stand-in broker every ListOffsets costs in proportion to the partition's log:
+    a trigger asked both watermarks of every partition in latestOffset and again in
+    reportLatestOffset. Now one request holds every high watermark, the low one is asked only
+    for partitions new since the checkpoint or past their end, and the report costs nothing."""
+    marks = {("t", 0): (0, 50), ("t", 1): (0, 7), ("t", 2): (0, 3), ("t", 3): (5, 9)}
+    planner = reader(marks)
+    consumer = planner._metadata_consumer
+    assert isinstance(consumer, FakeMetadataConsumer)
+    begin = to_offset_json({("t", 0): 40, ("t", 1): 7, ("t", 2): 3})  # t-3 is new
+    assert planner.latestOffset(begin, ReadAllAvailable()) == {
+        "t": {"0": 50, "1": 7, "2": 3, "3": 9}
+    }
+    assert consumer.asked == [("high", sorted(marks)), ("low", [("t", 3)])]
+    consumer.asked.clear()
+    assert planner.reportLatestOffset() == {"t": {"0": 50, "1": 7, "2": 3, "3": 9}}
+    assert consumer.asked == []
+    # Without a latestOffset before it (never so in Spark), the report asks the broker.
+    assert planner.reportLatestOffset() == {"t": {"0": 50, "1": 7, "2": 3, "3": 9}}
+    assert consumer.asked == [("high", sorted(marks))]
+
+
+def test_a_batch_s_partitions_reuse_its_planning_and_its_ranges_are_checked_when_read() -> None:
+    """Spark asks partitions() for the batch latestOffset just planned: its watermarks are as
+    fresh, so no request. A moving partition's low watermark is checked when its range is
+    read (`consume_range`, in a task or on the driver), as it already was."""
+    planner = reader({("t", 0): (7, 10)})
+    consumer = planner._metadata_consumer
+    assert isinstance(consumer, FakeMetadataConsumer)
+    checkpoint = to_offset_json({("t", 0): 4})
+    end = planner.latestOffset(checkpoint, ReadAllAvailable())
+    assert end == {"t": {"0": 10}}
+    consumer.asked.clear()
+    spans = planner.partitions(checkpoint, end)
+    assert consumer.asked == []
+    assert [p.span for p in spans if isinstance(p, KafkaPartitionRange)] == [
+        PartitionRange("t", 0, 4, 10)
+    ]
+    with pytest.raises(DataLossError, match="checkpoint offset 4 is below"):
+        checked_span(PartitionRange("t", 0, 4, 10), (7, 10), fail_on_data_loss=True)
+    # Another batch (or the same one re-planned after a restart) is looked up, and checked.
+    with pytest.raises(DataLossError, match="checkpoint offset 4 is below"):
+        planner.partitions(checkpoint, end)
+    assert consumer.asked == [("low", [("t", 0)]), ("high", [("t", 0)])]
 
 
 def test_planning_caps_a_backlog_from_the_checkpoint() -> None:

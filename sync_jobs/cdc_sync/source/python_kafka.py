@@ -36,6 +36,9 @@ from pyspark.sql.types import (
 
 from cdc_sync.core.kafka_clients import consumer_config
 from cdc_sync.source.data_loss import Watermarks, batch_ranges, checked_span, checked_starts
+from cdc_sync.source.end_offsets import EARLIEST as EARLIEST_OFFSET
+from cdc_sync.source.end_offsets import LATEST as LATEST_OFFSET
+from cdc_sync.source.end_offsets import listed_offsets
 from cdc_sync.source.offsets import (
     OffsetJson,
     PartitionOffsets,
@@ -123,6 +126,12 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._metadata_consumer: Consumer | None = None
         # Set by prepareForTriggerAvailableNow: latestOffset never goes past it.
         self._available_now_target: PartitionOffsets | None = None
+        # What latestOffset just read, for the calls Spark makes right after it in the same
+        # trigger: reportLatestOffset (the high watermarks) and partitions (the watermarks it
+        # planned the batch with, keyed by the batch's start and end).
+        self._reported: PartitionOffsets | None = None
+        self._planned: tuple[PartitionOffsets, PartitionOffsets, dict[TopicPartition, Watermarks]]
+        self._planned = ({}, {}, {})
 
     # The driver-side consumer holds sockets and threads: never pickle it to executors.
     def __getstate__(self) -> dict[str, Any]:
@@ -154,7 +163,24 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return _watermarks_from(self.metadata_consumer, partitions)
 
     def _high_watermarks(self) -> PartitionOffsets:
-        return {tp: high for tp, (_, high) in self._watermarks(self._partitions()).items()}
+        return listed_offsets(self.metadata_consumer, self._partitions(), LATEST_OFFSET)
+
+    def _planning_watermarks(self, begin: PartitionOffsets) -> dict[TopicPartition, Watermarks]:
+        """Every partition's high watermark, in one request; its low one only where planning
+        needs it: a partition new since `begin` starts there, and one past its end (topic
+        re-created) fails or resumes there. A partition at or below its end is taken as held
+        (its low set to its start): at its end nothing can be lost, and a range below it is
+        checked against both watermarks before it is read, by `partitions` (the source's
+        tasks) or `consume_range` (the driver's small batches). On the stand-in broker each
+        ListOffsets costs in proportion to the partition's log, so this halves the planning's
+        requests to the busiest partitions."""
+        highs = self._high_watermarks()
+        unsure = [tp for tp, high in highs.items() if tp not in begin or begin[tp] > high]
+        lows = listed_offsets(self.metadata_consumer, unsure, EARLIEST_OFFSET)
+        return {
+            tp: (lows[tp] if tp in lows else min(begin[tp], high), high)
+            for tp, high in highs.items()
+        }
 
     def initialOffset(self) -> OffsetJson:
         starting = self.options.starting
@@ -178,7 +204,8 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if limit is None:
             limit = self.getDefaultReadLimit()
         begin = from_offset_json(start)
-        marks = self._watermarks(self._partitions())
+        marks = self._planning_watermarks(begin)
+        self._reported = {tp: high for tp, (_, high) in marks.items()}
         # Fails (failOnDataLoss) or rebases partitions whose checkpoint offset the broker lost.
         starts = checked_starts(begin, marks, fail_on_data_loss=self.options.fail_on_data_loss)
         if self._available_now_target is not None:
@@ -194,6 +221,7 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # Pre-4.2 calls carry no start, so there is nothing to cap against.
         if isinstance(limit, ReadMaxRows) and start is not None:
             end = {**end, **cap_total(starts, end, limit.max_rows)}
+        self._planned = (begin, end, marks)
         return to_offset_json(end)
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -202,7 +230,10 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadAllAvailable()
 
     def reportLatestOffset(self) -> OffsetJson | None:
-        return to_offset_json(self._high_watermarks())
+        # Spark calls this right after latestOffset, every trigger, only for its progress
+        # report: the high watermarks that call read are as recent, and cost no request.
+        reported, self._reported = self._reported, None
+        return to_offset_json(reported if reported is not None else self._high_watermarks())
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._available_now_target = self._high_watermarks()
@@ -211,12 +242,16 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self, start: Mapping[str, Mapping[str, int]], end: Mapping[str, Mapping[str, int]]
     ) -> Sequence[InputPartition]:
         begin, until = from_offset_json(start), from_offset_json(end)
-        # Checked again here: after a restart Spark re-plans the uncommitted batch from the
-        # checkpoint without calling latestOffset. Only partitions that move are looked up.
-        moving = [tp for tp in self._partitions() if begin.get(tp) != until.get(tp)]
-        spans = batch_ranges(
-            begin, until, self._watermarks(moving), fail_on_data_loss=self.options.fail_on_data_loss
-        )
+        planned_begin, planned_end, marks = self._planned
+        self._planned = ({}, {}, {})
+        if (planned_begin, planned_end) != (begin, until):
+            # Checked again here: after a restart Spark re-plans the uncommitted batch from
+            # the checkpoint without calling latestOffset. Only partitions that move are
+            # looked up. Otherwise latestOffset just planned this batch: its watermarks hold
+            # (a moving partition's low one is checked when its range is read).
+            moving = [tp for tp in self._partitions() if begin.get(tp) != until.get(tp)]
+            marks = self._watermarks(moving)
+        spans = batch_ranges(begin, until, marks, fail_on_data_loss=self.options.fail_on_data_loss)
         return [KafkaPartitionRange(span) for span in spans]
 
     def commit(self, end: Mapping[str, Mapping[str, int]]) -> None:
