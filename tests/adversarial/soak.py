@@ -26,59 +26,30 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from cdc_sync.core.settings import Connections
 from cdc_sync.localstack.stack import LocalStack
-from cdc_sync.verify.compare import Report
 from tests.adversarial.pipeline import Pipeline, differences, rows_compared
+from tests.adversarial.scenarios import (
+    CONVERGE_TIMEOUT_SECONDS,
+    Result,
+    drop_column_round,
+    in_background,
+    recreated_topics_round,
+    source_database_check,
+    timed_convergence,
+    truncate_round,
+    while_writing,
+    write_until,
+)
 from tests.adversarial.workload import Workload, create_schema
+from tests.e2e.sinks_state import clean_sinks
 from tests.pg import private_database
 
 log = logging.getLogger("soak")
-CONVERGE_TIMEOUT_SECONDS = 900.0
-
-
-@dataclass(frozen=True)
-class Result:
-    scenario: str
-    changes: int
-    faults: str
-    rows_compared: int
-    differences: str
-    seconds: float
-
-
-def write_until(workload: Workload, target: int, stop: threading.Event) -> None:
-    """Operations in small paced chunks until `target` committed changes (or `stop`)."""
-    while workload.changes < target and not stop.is_set():
-        workload.run(20)
-        time.sleep(0.05)
-
-
-def in_background(action: Callable[[], None]) -> threading.Thread:
-    thread = threading.Thread(target=action, daemon=True)
-    thread.start()
-    return thread
-
-
-def while_writing(workload: Workload, action: Callable[[], None]) -> None:
-    """`action` (a fault and its restart) while the workload keeps writing, however far it got."""
-    stop = threading.Event()
-    writer = in_background(lambda: write_until(workload, sys.maxsize, stop))
-    try:
-        action()
-    finally:
-        stop.set()
-        writer.join()
-
-
-def timed_convergence(pipeline: Pipeline) -> tuple[Report, float]:
-    started = time.monotonic()
-    report = pipeline.wait_converged(timeout_seconds=CONVERGE_TIMEOUT_SECONDS)
-    return report, time.monotonic() - started
 
 
 def faulty_round(
@@ -136,24 +107,30 @@ def search_frozen_round(
 def connect_round(
     connections: Connections, run: Path, workload: Workload, changes: int, kills: int
 ) -> Result:
-    """A pipeline captured by a Kafka Connect worker: the worker JVM killed with SIGKILL
-    `kills` times mid-stream and restarted; the connector resumes from its offsets topic."""
+    """A pipeline captured by a Kafka Connect worker: the worker JVM killed with SIGKILL right
+    after the snapshot, before its first offset flush (it snapshots again), then `kills` times
+    mid-stream; the connector resumes from its offsets topic."""
     pipeline = Pipeline.create(
         replace(connections, warehouse=str(run / "connect" / "warehouse")),
         run / "connect",
         capture="connect",
     )
     before = workload.changes
-    pipeline.start()
+    clean_sinks(pipeline.mapping, pipeline.connections)
     try:
+        # Killed inside its first offset-flush window after the snapshot: the restart
+        # snapshots again and re-sends what it had streamed (issue 17, item 3).
+        pipeline.kill_capture_before_first_flush(lambda: workload.run(30))
+        pipeline.job.start()
+        pipeline.job.wait_up()
         pipeline.wait_converged(CONVERGE_TIMEOUT_SECONDS)  # snapshot done: the kills hit a stream
         for kill in range(kills):
             write_until(workload, before + changes * (kill + 1) // (kills + 1), threading.Event())
             while_writing(workload, pipeline.kill_capture)
         write_until(workload, before + changes, threading.Event())
         report, seconds = timed_convergence(pipeline)
-        if pipeline.initial_snapshots() != 1:
-            raise AssertionError(f"{pipeline.initial_snapshots()} initial snapshots (1 expected)")
+        if pipeline.initial_snapshots() != 2:  # the first kill left no offsets: 2 snapshots
+            raise AssertionError(f"{pipeline.initial_snapshots()} initial snapshots (2 expected)")
         if pipeline.dead_letters():
             raise AssertionError(f"{pipeline.dead_letters()} dead letters (none expected)")
     finally:
@@ -161,7 +138,7 @@ def connect_round(
     return Result(
         "Kafka Connect capture",
         workload.changes - before,
-        f"Connect worker kill -9 x{kills}",
+        f"Connect worker kill -9 in its first flush window, then x{kills} mid-stream",
         rows_compared(report),
         str(differences(report)),
         seconds,
@@ -225,6 +202,8 @@ def soak(
                 target = workload.changes + per_round
                 results.append(faulty_round(pipeline, workload, number, target, large_rows))
                 log.info("%s", results[-1])
+                results.append(truncate_round(pipeline, workload, number))
+                log.info("%s", results[-1])
                 results.append(cache_loss_round(pipeline, workload, number))
                 log.info("%s", results[-1])
             if args.freeze_seconds:
@@ -232,6 +211,11 @@ def soak(
                     search_frozen_round(pipeline, workload, search_pid, args.freeze_seconds)
                 )
                 log.info("%s", results[-1])
+            for scenario in (drop_column_round, recreated_topics_round):
+                results.append(scenario(pipeline, workload))
+                log.info("%s", results[-1])
+            results.append(source_database_check(pipeline))
+            log.info("%s", results[-1])
             if pipeline.dead_letters():
                 raise AssertionError(f"{pipeline.dead_letters()} dead letters (none expected)")
         finally:
@@ -250,11 +234,14 @@ def soak(
         f"{args.rounds} capture restarts",
         f"{args.rounds} capture kill -9",
         f"{args.rounds} flushes",
+        f"{args.rounds} TRUNCATE",
+        "column drop + rename",
+        "topics re-created",
     ]
     if args.freeze_seconds:
         faults.append(f"search frozen {args.freeze_seconds:g}s")
     if args.connect_kills:
-        faults.append(f"{args.connect_kills} Connect worker kill -9")
+        faults.append(f"{args.connect_kills + 1} Connect worker kill -9")
     results.append(
         Result(
             f"total (seed {args.seed})",
