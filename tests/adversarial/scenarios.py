@@ -15,11 +15,12 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from cdc_sync.verify.compare import Report
 from tests.adversarial.pipeline import Pipeline, differences, rows_compared
 from tests.adversarial.workload import Workload, drop_and_rename_after_toast_updates
+from tests.pg import private_database
 
 CONVERGE_TIMEOUT_SECONDS = 900.0
 
@@ -113,19 +114,14 @@ def drop_column_round(pipeline: Pipeline, workload: Workload) -> Result:
     )
 
 
-def other_database_url(pg_url: str) -> str:
-    """The server's default database: where CDC_SYNC_PG_URL points in a misconfiguration."""
-    return urlunsplit(urlsplit(pg_url)._replace(path="/postgres"))
-
-
 def source_database_check(pipeline: Pipeline) -> Result:
     """The job and verify ran without CDC_SYNC_PG_URL all along (pipeline.job_environment); a
     start with the URL on another database of the server is refused, naming both."""
     started = time.monotonic()
-    captured_url = pipeline.connections.require("pg_url")
-    other = other_database_url(captured_url)
-    output = pipeline.refused_start(other)
-    names = [urlsplit(url).path.lstrip("/") for url in (captured_url, other)]
+    captured = pipeline.connections.require("pg_url")
+    with private_database(captured, "adv_elsewhere") as other:
+        output = pipeline.refused_start(other)
+    names = [database_name(url) for url in (captured, other)]
     missing = [name for name in names if name not in output]
     if missing:
         raise AssertionError(f"the refusal does not name {missing}:\n{output}")
@@ -133,10 +129,14 @@ def source_database_check(pipeline: Pipeline) -> Result:
     return result(
         "connector database != CDC_SYNC_PG_URL's",
         0,
-        f"job/verify without the URL; URL on {names[1]} refused",
+        "job/verify without the URL; a URL elsewhere refused",
         report,
         time.monotonic() - started,
     )
+
+
+def database_name(url: str) -> str:
+    return urlsplit(url).path.lstrip("/")
 
 
 def recreated_topics_round(pipeline: Pipeline, workload: Workload) -> Result:

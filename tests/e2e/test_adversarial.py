@@ -4,7 +4,10 @@ transactions, with faults in between: kill -9 of the sync job subprocess mid-bat
 its checkpoint), a graceful capture restart with changes made while it was down, kill -9 of the
 capture process (the embedded engine's JVM) while it streams, the Redis cache flushed while
 running (repaired by an incremental snapshot), and the search server frozen (SIGSTOP) while the
-workload writes. Kafka Connect worker kills: test_adversarial_connect.py. Long version: `make soak`.
+workload writes. Then (issue 17) adv.truncated TRUNCATEd under load, the job's database found
+through the connector's settings (CDC_SYNC_PG_URL unset; a URL elsewhere refused), and a column
+dropped and one renamed after TOAST-only updates while the job was stopped. Kafka Connect worker
+kills: test_adversarial_connect.py. Long version: `make soak`.
 """
 
 from __future__ import annotations
@@ -23,14 +26,17 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
+from cdc_sync.core import settings
 from cdc_sync.core.model import TableId
 from cdc_sync.sinks.search import readback as search_readback
 from cdc_sync.sinks.search.backends import open_backend
 from tests.adversarial.pipeline import PROJECT_ROOT, Pipeline
+from tests.adversarial.scenarios import database_name
 from tests.adversarial.workload import (
     TABLES,
     Workload,
     create_schema,
+    drop_and_rename_after_toast_updates,
     paced,
     paced_in_background,
     swap_deferred_keys,
@@ -276,3 +282,48 @@ def damage(pipeline: Pipeline) -> None:
         row.schema.get_field_index("id"), "id", pa.array([EXTRA_ID], row.schema.field("id").type)
     )
     write_deltalake(path, row.cast(pa.schema(DeltaTable(path).schema().to_arrow())), mode="append")
+
+
+def test_truncate_under_load_converges(adversarial: tuple[Pipeline, Workload]) -> None:
+    """adv.truncated is TRUNCATEd while the workload writes (to it too), its keys written again
+    after: every sink drops the rows older than the truncate and keeps the later ones."""
+    pipeline, workload = adversarial
+    writer = paced_in_background(workload, 60)
+    time.sleep(1.0)
+    assert workload.truncate_and_reinsert() > 1
+    writer.join()
+    pipeline.wait_converged(timeout_seconds=180)
+    assert pipeline.dead_letters() == 0
+
+
+def test_job_and_verify_read_the_connectors_database_and_a_url_elsewhere_is_refused(
+    adversarial: tuple[Pipeline, Workload],
+) -> None:
+    """The job ran without CDC_SYNC_PG_URL all along (the connector's CDC_SYNC_PG_* name the
+    private database) and verify read the same way; with the URL on another database of the
+    server the job refuses at start naming both. The full check: test_source_database.py."""
+    pipeline, _ = adversarial
+    assert settings.PG_URL not in pipeline.job.env
+    captured = pipeline.connections.require("pg_url")
+    with private_database(captured, "adv_elsewhere") as other:
+        output = pipeline.refused_start(other)
+    for url in (captured, other):
+        assert database_name(url) in output, output
+
+
+def test_column_dropped_and_renamed_after_toast_only_updates(
+    adversarial: tuple[Pipeline, Workload],
+) -> None:
+    """While the job is stopped: TOAST-only updates and a key move of adv.arrays, then a TOASTed
+    column dropped and another renamed, then a TOAST-only update of every row. The restarted job
+    (on_schema_change: evolve) fills the unavailable columns from the changed table and
+    converges; the workload goes on after. Last in the module: it changes the schema."""
+    pipeline, workload = adversarial
+    pipeline.wait_converged(timeout_seconds=180)
+    pipeline.job.stop()
+    assert drop_and_rename_after_toast_updates(pipeline.connections.require("pg_url")) > 0
+    pipeline.job.start()
+    pipeline.job.wait_up()
+    paced(workload, 40)
+    pipeline.wait_converged(timeout_seconds=180)
+    assert pipeline.dead_letters() == 0
