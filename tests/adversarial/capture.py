@@ -131,6 +131,7 @@ class ConnectCapture:
         root.mkdir(parents=True, exist_ok=True)
         port = free_port()
         group = f"adv-connect-{uuid.uuid4().hex[:6]}"
+        self.offsets_topic = f"_{group}_offsets"  # worker_properties' offset.storage.topic
         properties = root / "worker.properties"
         lines = "".join(f"{k}={v}\n" for k, v in (worker_overrides or {}).items())
         # Later keys win in a properties file.

@@ -30,6 +30,7 @@ from cdc_sync.core import settings
 from cdc_sync.core.model import TableId
 from cdc_sync.sinks.search import readback as search_readback
 from cdc_sync.sinks.search.backends import open_backend
+from tests.adversarial.capture import EngineCapture
 from tests.adversarial.pipeline import PROJECT_ROOT, Pipeline
 from tests.adversarial.scenarios import database_name
 from tests.adversarial.workload import (
@@ -317,7 +318,7 @@ def test_column_dropped_and_renamed_after_toast_only_updates(
     """While the job is stopped: TOAST-only updates and a key move of adv.arrays, then a TOASTed
     column dropped and another renamed, then a TOAST-only update of every row. The restarted job
     (on_schema_change: evolve) fills the unavailable columns from the changed table and
-    converges; the workload goes on after. Last in the module: it changes the schema."""
+    converges; the workload goes on after. Late in the module: it changes the schema."""
     pipeline, workload = adversarial
     pipeline.wait_converged(timeout_seconds=180)
     pipeline.job.stop()
@@ -327,3 +328,29 @@ def test_column_dropped_and_renamed_after_toast_only_updates(
     paced(workload, 40)
     pipeline.wait_converged(timeout_seconds=180)
     assert pipeline.dead_letters() == 0
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="defect: a second initial snapshot on existing topics never removes the rows it no "
+    "longer holds (docs/adversarial.md, 'Found, not fixed')",
+)
+def test_a_second_initial_snapshot_removes_rows_deleted_before_it(
+    adversarial: tuple[Pipeline, Workload],
+) -> None:
+    """Capture restarted without its offsets (a Connect worker killed before its first offset
+    flush; an offset file or topic lost) takes a new initial snapshot on the same topics. Rows
+    deleted after the first snapshot whose deletes it had not published are absent from the
+    new one, and nothing else tells the sinks: they keep them. Last in the module (it leaves
+    the pipeline with those rows)."""
+    pipeline, workload = adversarial
+    pipeline.wait_converged(timeout_seconds=180)
+    pipeline.stop_capture()
+    assert isinstance(pipeline.capture, EngineCapture)
+    pipeline.capture.forget_offsets()  # the slot stays, as after the worker's kill
+    with psycopg.connect(pipeline.connections.require("pg_url"), autocommit=True) as conn:
+        conn.execute("DELETE FROM adv.deferred WHERE id = (SELECT min(id) FROM adv.deferred)")
+    pipeline.start_capture()
+    paced(workload, 20)
+    pipeline.wait_converged(timeout_seconds=60)
