@@ -203,32 +203,53 @@ def test_repair_restores_damaged_sinks_while_the_workload_runs(
     assert broken["adv.deferred", "delta"].extra == [str(EXTRA_ID)]
     assert broken["adv.child", "search"].extra == [EXTRA_DOC]
     finished: list[datetime] = []
-
-    def write() -> None:  # for a fixed time: repair's first round must fall inside it
-        end = time.monotonic() + WORKLOAD_SECONDS
-        while time.monotonic() < end:
-            paced(workload, 10)
-        finished.append(datetime.now(tz=UTC))
-
-    writer = threading.Thread(target=write)
-    writer.start()
     argv = [sys.executable, "-m", "cdc_sync.cli", "repair", "--mapping", str(pipeline.mapping_path)]
     # The capture runs the connector file with this override (Pipeline.capture_settings).
     argv += ["--set", f"notification.sink.topic.name={pipeline.topic_prefix}.notifications"]
-    repair = subprocess.run(
-        [*argv, "--rounds", "4"],
-        cwd=PROJECT_ROOT,
-        env=pipeline.job.env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    writer.join()
-    assert repair.returncode == 0, repair.stdout + repair.stderr
+    errors = pipeline.root / "repair.stderr"
+    with errors.open("w") as stderr:
+        repair = subprocess.Popen(
+            [*argv, "--rounds", "4"],
+            cwd=PROJECT_ROOT,
+            env=pipeline.job.env,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+        )
+    printed: list[str] = []
+    snapshot_started = threading.Event()
+
+    def read() -> None:
+        assert repair.stdout is not None
+        for line in repair.stdout:
+            printed.append(line)
+            if SNAPSHOT_STARTED.search(line):
+                snapshot_started.set()
+        snapshot_started.set()  # exited
+
+    def write() -> None:  # until repair's snapshot has started (however long its first round
+        # takes on a loaded machine), a little beyond, then quiet: repair's last verify is clean
+        while not snapshot_started.is_set():
+            paced(workload, 10)
+        paced(workload, 20)
+        finished.append(datetime.now(tz=UTC))
+
+    reader = threading.Thread(target=read)
+    writer = threading.Thread(target=write)
+    reader.start()
+    writer.start()
+    try:
+        returncode = repair.wait(timeout=600)
+    finally:
+        repair.kill()
+        reader.join()
+        writer.join()
+    stdout = "".join(printed)
+    assert returncode == 0, stdout + errors.read_text()
     # The snapshot repair asked for started while the workload was still writing.
-    snapshot = re.search(r"snapshot (\S+) started", repair.stdout)
-    assert snapshot is not None, repair.stdout
-    assert datetime.fromisoformat(snapshot.group(1)) < finished[0], repair.stdout
+    snapshot = SNAPSHOT_STARTED.search(stdout)
+    assert snapshot is not None, stdout
+    assert datetime.fromisoformat(snapshot.group(1)) < finished[0], stdout
     # Per table and sink what was wrong and what repair did (counts include rows the workload
     # changed meanwhile, so only lower bounds are certain).
     for pattern in (
@@ -238,8 +259,8 @@ def test_repair_restores_damaged_sinks_while_the_workload_runs(
         r"adv\.deferred delta: \d+ extra: [1-9]\d* deleted at their stored version",
         r"adv\.child search: \d+ extra: [1-9]\d* deleted at their stored version",
     ):
-        assert re.search(pattern, repair.stdout), repair.stdout
-    assert repair.stdout.rstrip().endswith("converged"), repair.stdout
+        assert re.search(pattern, stdout), stdout
+    assert stdout.rstrip().endswith("converged"), stdout
     # The job ran its Delta upkeep between batches all along (`--maintain-every`); on tables
     # this small a MERGE leaves one file, so there may be nothing to compact.
     logs = [pipeline.job.log, pipeline.root / "state" / "logs" / "job.log"]
@@ -248,7 +269,7 @@ def test_repair_restores_damaged_sinks_while_the_workload_runs(
     pipeline.wait_converged(timeout_seconds=120)
 
 
-WORKLOAD_SECONDS = 20
+SNAPSHOT_STARTED = re.compile(r"snapshot (\S+) started")
 EXTRA_ID = 10**9
 EXTRA_DOC = "zz\\|extra|1"
 
