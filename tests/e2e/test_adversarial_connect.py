@@ -48,7 +48,7 @@ def test_connect_worker_kill9_resumes_and_converges(
             pipeline.kill_capture_in_first_flush_window(lambda: workload.run(30))
             pipeline.job.start()
             pipeline.job.wait_up()
-            # The snapshots are in: the next kill hits a stream.
+            # The snapshot and the re-sent transactions are in: the next kill hits a stream.
             pipeline.wait_converged(timeout_seconds=180)
             writer = paced_in_background(workload, 150)
             pipeline.kill_capture()
