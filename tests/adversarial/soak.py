@@ -239,7 +239,8 @@ def soak(
     # The workload-cases row counts operations already in the other rows' changes.
     total = sum(r.changes for r in results if not r.faults.startswith("all of the above"))
     faults = [
-        f"{pipeline.job.starts - 1} job kill -9",
+        f"{2 * args.rounds} job kill -9",
+        "2 job restarts (the DDL, the topics)",
         f"{args.rounds} capture restarts",
         f"{args.rounds} capture kill -9",
         f"{args.rounds} flushes",
