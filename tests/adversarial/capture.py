@@ -82,8 +82,9 @@ class EngineCapture:
     def __init__(
         self, connector: Path, root: Path, env: dict[str, str], pg_url: str, slot: str
     ) -> None:
+        self.state_dir = root / "capture"  # its offset file
         argv = [sys.executable, "-m", "cdc_sync.cli", "capture", "--connector", str(connector)]
-        argv += ["--state-dir", str(root / "capture")]
+        argv += ["--state-dir", str(self.state_dir)]
         self.process = ChildProcess(self.name, argv, env, root / "capture.log")
         self.ready = _SlotReadiness(pg_url, slot)
 
@@ -100,6 +101,11 @@ class EngineCapture:
     def raise_if_dead(self) -> None:
         self.process.raise_if_dead()
 
+    def forget_offsets(self) -> None:
+        """Stopped capture's offset file removed: the next start snapshots again."""
+        assert not self.process.alive(), "stop capture first"
+        shutil.rmtree(self.state_dir, ignore_errors=True)
+
 
 class ConnectCapture:
     """A Connect worker of its own with the pipeline's connector registered on it."""
@@ -113,6 +119,7 @@ class ConnectCapture:
         bootstrap: str,
         flavor: str,
         pg_url: str,
+        worker_overrides: Mapping[str, str] | None = None,
     ) -> None:
         home = worker_home()
         if not (home / ".assembled").exists():
@@ -124,8 +131,11 @@ class ConnectCapture:
         root.mkdir(parents=True, exist_ok=True)
         port = free_port()
         group = f"adv-connect-{uuid.uuid4().hex[:6]}"
+        self.offsets_topic = f"_{group}_offsets"  # worker_properties' offset.storage.topic
         properties = root / "worker.properties"
-        properties.write_text(worker_properties(bootstrap, flavor, port, home, group))
+        lines = "".join(f"{k}={v}\n" for k, v in (worker_overrides or {}).items())
+        # Later keys win in a properties file.
+        properties.write_text(worker_properties(bootstrap, flavor, port, home, group) + lines)
         log_config = root / "log4j2.properties"
         log_config.write_text(LOG4J)
         argv = [java, "-Xmx768m", f"-Dlog4j2.configurationFile={log_config}"]

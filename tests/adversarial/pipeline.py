@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,12 +27,13 @@ import psycopg
 import redis
 import yaml
 from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient
 from opensearchpy.exceptions import ConnectionError as SearchConnectionError
 
 from cdc_sync.core import settings
-from cdc_sync.core.kafka_clients import consumer_config
+from cdc_sync.core.kafka_clients import admin_config, consumer_config
 from cdc_sync.core.settings import Connections
-from cdc_sync.debezium.connector import load_connector
+from cdc_sync.debezium.connector import load_connector, pg_env_from_url
 from cdc_sync.debezium.notifications import parse_notification
 from cdc_sync.debezium.signals import request_snapshot
 from cdc_sync.mapping import MappingFile, load_mapping
@@ -40,9 +42,13 @@ from tests.adversarial.capture import Capture, ConnectCapture, EngineCapture
 from tests.adversarial.child import PROJECT_ROOT, ChildProcess, frozen, wait_for
 from tests.adversarial.workload import CONNECTOR, MAPPING, TABLES
 from tests.e2e.sinks_state import clean_sinks
+from tests.pg import drop_slot
 
 MAX_OFFSETS_PER_TRIGGER = 2000
 MAINTAIN_EVERY_BATCHES = 3
+# The adversarial workers' offset.flush.interval.ms (the local recipe's is 1 s, Kafka Connect's
+# default 60 s): wide enough to write and kill inside one window.
+CONNECT_OFFSET_FLUSH_MS = 20_000
 STARTED_LINE = "sync job started"  # logged by cdc_sync.job.runner once the query runs
 WAITING_LINE = "waiting for sink"  # logged by cdc_sync.core.retry while a sink does not answer
 PYTHONPATH = os.pathsep.join(
@@ -77,8 +83,11 @@ def connector_config(topic_prefix: str) -> dict[str, str]:
 
 
 def job_environment(connections: Connections, state: Path) -> dict[str, str]:
+    """The job's and the tools' settings. CDC_SYNC_PG_URL is left unset: they must find the
+    captured database (a private one, not the server's default) through the connector's
+    `${env:CDC_SYNC_PG_*}` settings, as a deployment that sets only those does."""
     values = {
-        settings.PG_URL: connections.require("pg_url"),
+        **pg_env_from_url(connections.require("pg_url")),
         settings.KAFKA_BOOTSTRAP: connections.require("kafka_bootstrap"),
         settings.KAFKA_FLAVOR: connections.kafka_flavor,
         settings.SEARCH_URL: connections.require("search_url"),
@@ -128,7 +137,12 @@ class JobProcess(ChildProcess):
             str(MAINTAIN_EVERY_BATCHES),
         ]
         super().__init__("sync job", argv, env, log)
+        self.base_argv = list(argv)
         self.checkpoint = checkpoint
+
+    def with_options(self, *options: str) -> None:
+        """The next starts run with `options` added (none: the usual arguments)."""
+        self.argv = [*self.base_argv, *options]
 
     def _batches(self, folder: str) -> list[int]:
         path = self.checkpoint / folder
@@ -206,12 +220,14 @@ class Pipeline:
             max_offsets_per_trigger,
         )
         pg_url = connections.require("pg_url")
+        # `cdc-sync capture` takes its database from CDC_SYNC_PG_URL (the job does not).
+        capture_env = env | {settings.PG_URL: pg_url}
         config = connector_config(topic_prefix)
         runner: Capture
         if capture == "engine":
             connector = root / "connector.json"
             connector.write_text(json.dumps({"name": topic_prefix, "config": config}, indent=2))
-            runner = EngineCapture(connector, root, env, pg_url, config["slot.name"])
+            runner = EngineCapture(connector, root, capture_env, pg_url, config["slot.name"])
         elif capture == "connect":
             runner = ConnectCapture(
                 {"name": topic_prefix} | config,
@@ -219,6 +235,7 @@ class Pipeline:
                 connections.require("kafka_bootstrap"),
                 connections.kafka_flavor,
                 pg_url,
+                {"offset.flush.interval.ms": str(CONNECT_OFFSET_FLUSH_MS)},
             )
         else:
             raise ValueError(f"capture: expected engine or connect, got {capture!r}")
@@ -240,6 +257,70 @@ class Pipeline:
     def captured(self) -> int:
         """Records capture has published to the tables' topics so far."""
         return sum(topic_size(self.connections, f"{self.topic_prefix}.{t}") for t in TABLES)
+
+    def kill_capture_in_first_flush_window(self, write: Callable[[], object]) -> None:
+        """The Connect worker started (not running yet); once its first offset flush after the
+        initial snapshot is stored, `write()` and kill -9 as soon as part of it is published,
+        before the next flush (CONNECT_OFFSET_FLUSH_MS): the restart resumes from the snapshot's
+        offset, without a last commit, and re-sends the transactions streamed after it
+        (issue 17, item 3). No second snapshot."""
+        assert isinstance(self.capture, ConnectCapture), "the embedded engine flushes each batch"
+        self.start_capture()
+        wait_for("the snapshot's offset flushed", self._snapshot_offset_stored, 300.0, 0.2)
+        flushed = len(self._stored_offsets())
+        before = self.captured()
+        write()
+        wait_for("capture streaming", lambda: self.captured() > before, 60.0, 0.1)
+        self.capture.kill()
+        if len(self._stored_offsets()) != flushed:
+            raise AssertionError("the worker flushed its offsets again before the kill")
+        self.capture.start()
+
+    def _stored_offsets(self) -> list[dict[str, Any]]:
+        """This connector's offsets in its worker's offsets topic, oldest first."""
+        assert isinstance(self.capture, ConnectCapture)
+        values = read_topic(self.connections, self.capture.offsets_topic)
+        return [json.loads(value) for value in values if value]
+
+    def _snapshot_offset_stored(self) -> bool:
+        """An offset stored after the snapshot: its last record's, or a streamed change's."""
+        self.capture.raise_if_dead()
+        return any(
+            o.get("last_snapshot_record") is True or "snapshot" not in o
+            for o in self._stored_offsets()
+        )
+
+    def recreate_topics(self) -> list[str]:
+        """Capture and job stopped; the tables' topics deleted, the capture's offsets and slot
+        dropped: the next capture start re-creates the topics, from offset 0, with a new
+        snapshot, and the job's checkpoint points past their ends. Returns the deleted topics."""
+        assert isinstance(self.capture, EngineCapture), "the embedded engine's offsets are a file"
+        self.job.stop()
+        self.stop_capture()
+        self.capture.forget_offsets()
+        drop_slot(self.connections.require("pg_url"), self.capture.ready.slot)
+        self.capture.ready.holder = None
+        topics = [f"{self.topic_prefix}.{t}" for t in (*TABLES, "adv.cdc_sync_heartbeat")]
+        admin = AdminClient(admin_config(self.connections.require("kafka_bootstrap")))
+        for future in admin.delete_topics(topics, operation_timeout=30).values():
+            future.result(timeout=60)
+        wait_for("topics deleted", lambda: self.captured() == 0, 60.0, 0.5)
+        return topics
+
+    def refused_start(self, other_url: str) -> str:
+        """`cdc-sync run` with CDC_SYNC_PG_URL on another database than the connector's: it
+        must exit at start (before Spark). Returns what it printed."""
+        env = self.job.env | {settings.PG_URL: other_url}
+        argv = [sys.executable, "-m", "cdc_sync.cli", "run", "--mapping", str(self.mapping_path)]
+        argv += ["--checkpoint", str(self.root / "checkpoints" / "refused")]
+        done = subprocess.run(
+            argv, cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=300
+        )
+        output = done.stdout + done.stderr
+        assert done.returncode != 0, (
+            f"the job started with {settings.PG_URL}={other_url}:\n{output}"
+        )
+        return output
 
     def kill_capture(self, timeout_seconds: float = 120.0) -> None:
         """kill -9 of capture while it streams (it has published since this call began), then a
@@ -316,7 +397,9 @@ class Pipeline:
     # -- checks -------------------------------------------------------------------------------
 
     def verify(self) -> Report:
-        return verify_all(self.mapping, self.connections)
+        """As the job reads: CDC_SYNC_PG_URL unset, the connector's CDC_SYNC_PG_* settings."""
+        pg = pg_env_from_url(self.connections.require("pg_url"))
+        return verify_all(self.mapping, replace(self.connections, pg_url=None, environment=pg))
 
     def wait_converged(self, timeout_seconds: float = 180.0) -> Report:
         deadline = time.monotonic() + timeout_seconds

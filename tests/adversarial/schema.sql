@@ -56,6 +56,55 @@ CREATE TABLE IF NOT EXISTS adv.deferred (
 );
 ALTER TABLE adv.deferred REPLICA IDENTITY FULL;
 
+-- arrays: one nullable array column per element type Debezium carries (interval[], money[] and
+-- xml[] it leaves out of its records: docs/known-limits.md), each over 3 kB of poorly
+-- compressible elements, more than the 2 kB TOAST target on its own, and STORAGE EXTERNAL: every
+-- one is stored out of line (the row holds ~50 kB), so an update of `n` or `note` sends each as
+-- Debezium's unchanged-TOAST placeholder, in the form it has for that type (or null). The two
+-- spare columns are what the drop/rename scenario changes; the workload fills columns by type,
+-- read from the catalog, so it keeps writing after it. citext[] is added by
+-- workload.create_schema when the extension is available.
+CREATE TABLE IF NOT EXISTS adv.arrays (
+    id          bigint PRIMARY KEY,
+    n           integer NOT NULL,
+    note        text,
+    a_float8    float8[],
+    a_real      real[],
+    a_int2      int2[],
+    a_int4      int4[],
+    a_int8      int8[],
+    a_numeric   numeric[],
+    a_bool      bool[],
+    a_date      date[],
+    a_tstz      timestamptz[],
+    a_uuid      uuid[],
+    a_text      text[],
+    a_varchar   varchar[],
+    a_char      char(8)[],
+    a_jsonb     jsonb[],
+    spare_drop  int8[],
+    spare_name  text[]
+);
+DO $$
+DECLARE column_name text;
+BEGIN
+    FOR column_name IN
+        SELECT attname FROM pg_attribute
+        WHERE attrelid = 'adv.arrays'::regclass AND attnum > 0 AND NOT attisdropped
+          AND atttypid IN (SELECT oid FROM pg_type WHERE typcategory = 'A')
+    LOOP
+        EXECUTE format('ALTER TABLE adv.arrays ALTER COLUMN %I SET STORAGE EXTERNAL', column_name);
+    END LOOP;
+END $$;
+
+-- truncated: rows TRUNCATEd while the workload writes (no foreign key points here), and written
+-- again after; every sink must drop the rows older than the truncate and keep the later ones.
+CREATE TABLE IF NOT EXISTS adv.truncated (
+    id     integer PRIMARY KEY,
+    val    text NOT NULL,
+    round  integer NOT NULL DEFAULT 0
+);
+
 -- Debezium's signal table (incremental snapshots: the documented cache repair).
 CREATE TABLE IF NOT EXISTS adv.cdc_sync_signal (
     id    varchar(64) PRIMARY KEY,

@@ -4,13 +4,18 @@ Rounds of: the seeded workload (tests/adversarial/workload.py) with one large tr
 sync job subprocess killed with SIGKILL twice while a batch is in flight (restarted on its
 checkpoint), capture (the embedded engine, `cdc-sync capture` in its own process group) stopped
 while the workload goes on and restarted, then killed with SIGKILL while it streams and restarted
-on its offset file and slot; then convergence (verify: every sink equals Postgres). Then the Redis
-cache is flushed while the job runs, verify reports what the cache lost, and the documented repair
-(an incremental snapshot of every table, as `cdc-sync connectors snapshot` requests) restores it.
-After the rounds the search server is frozen (SIGSTOP) for `--freeze-seconds` while the workload
-writes: the job must wait for it without exiting and converge once it answers. Last, a second
-pipeline captured by a Kafka Connect worker of its own (the same connector over REST) has the
-worker JVM killed with SIGKILL mid-stream `--connect-kills` times; it resumes from its offsets.
+on its offset file and slot; then convergence (verify: every sink equals Postgres). Then
+adv.truncated is TRUNCATEd while the workload writes (tests/adversarial/scenarios.py), and the
+Redis cache is flushed while the job runs, verify reports what the cache lost, and the documented
+repair (an incremental snapshot of every table, as `cdc-sync connectors snapshot` requests)
+restores it. After the rounds the search server is frozen (SIGSTOP) for `--freeze-seconds` while
+the workload writes: the job must wait for it without exiting and converge once it answers; a
+column is dropped and another renamed after TOAST-only updates while the job is stopped; the
+topics are re-created with a new snapshot and the job restarted with --no-fail-on-data-loss; a
+job start with CDC_SYNC_PG_URL on another database is refused (the job and verify run without
+it throughout). Last, a second pipeline captured by a Kafka Connect worker of its own (the same
+connector over REST) has the worker JVM killed with SIGKILL in its first offset-flush window
+after the snapshot, then mid-stream `--connect-kills` times; it resumes from its offsets.
 
     python -m tests.adversarial.soak --changes 100000 --rounds 3 --seed 1
 
@@ -26,64 +31,37 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from cdc_sync.core.settings import Connections
 from cdc_sync.localstack.stack import LocalStack
-from cdc_sync.verify.compare import Report
 from tests.adversarial.pipeline import (
     MAX_OFFSETS_PER_TRIGGER,
     Pipeline,
     differences,
     rows_compared,
 )
+from tests.adversarial.scenarios import (
+    CONVERGE_TIMEOUT_SECONDS,
+    Result,
+    drop_column_round,
+    in_background,
+    recreated_topics_round,
+    source_database_check,
+    swaps_across_batches_round,
+    timed_convergence,
+    truncate_round,
+    while_writing,
+    workload_cases,
+    write_until,
+)
 from tests.adversarial.workload import Workload, create_schema
+from tests.e2e.sinks_state import clean_sinks
 from tests.pg import private_database
 
 log = logging.getLogger("soak")
-CONVERGE_TIMEOUT_SECONDS = 900.0
-
-
-@dataclass(frozen=True)
-class Result:
-    scenario: str
-    changes: int
-    faults: str
-    rows_compared: int
-    differences: str
-    seconds: float
-
-
-def write_until(workload: Workload, target: int, stop: threading.Event) -> None:
-    """Operations in small paced chunks until `target` committed changes (or `stop`)."""
-    while workload.changes < target and not stop.is_set():
-        workload.run(20)
-        time.sleep(0.05)
-
-
-def in_background(action: Callable[[], None]) -> threading.Thread:
-    thread = threading.Thread(target=action, daemon=True)
-    thread.start()
-    return thread
-
-
-def while_writing(workload: Workload, action: Callable[[], None]) -> None:
-    """`action` (a fault and its restart) while the workload keeps writing, however far it got."""
-    stop = threading.Event()
-    writer = in_background(lambda: write_until(workload, sys.maxsize, stop))
-    try:
-        action()
-    finally:
-        stop.set()
-        writer.join()
-
-
-def timed_convergence(pipeline: Pipeline) -> tuple[Report, float]:
-    started = time.monotonic()
-    report = pipeline.wait_converged(timeout_seconds=CONVERGE_TIMEOUT_SECONDS)
-    return report, time.monotonic() - started
 
 
 def faulty_round(
@@ -146,8 +124,9 @@ def connect_round(
     kills: int,
     max_offsets_per_trigger: int = MAX_OFFSETS_PER_TRIGGER,
 ) -> Result:
-    """A pipeline captured by a Kafka Connect worker: the worker JVM killed with SIGKILL
-    `kills` times mid-stream and restarted; the connector resumes from its offsets topic."""
+    """A pipeline captured by a Kafka Connect worker: the worker JVM killed with SIGKILL in its
+    first offset-flush window after the snapshot, then `kills` times mid-stream; the connector
+    resumes from its offsets topic each time."""
     pipeline = Pipeline.create(
         replace(connections, warehouse=str(run / "connect" / "warehouse")),
         run / "connect",
@@ -155,8 +134,13 @@ def connect_round(
         max_offsets_per_trigger=max_offsets_per_trigger,
     )
     before = workload.changes
-    pipeline.start()
+    clean_sinks(pipeline.mapping, pipeline.connections)
     try:
+        # Killed inside its first offset-flush window after the snapshot: the restart resends
+        # the transactions streamed after the snapshot (issue 17, item 3).
+        pipeline.kill_capture_in_first_flush_window(lambda: workload.run(30))
+        pipeline.job.start()
+        pipeline.job.wait_up()
         pipeline.wait_converged(CONVERGE_TIMEOUT_SECONDS)  # snapshot done: the kills hit a stream
         for kill in range(kills):
             write_until(workload, before + changes * (kill + 1) // (kills + 1), threading.Event())
@@ -172,7 +156,7 @@ def connect_round(
     return Result(
         "Kafka Connect capture",
         workload.changes - before,
-        f"Connect worker kill -9 x{kills}",
+        f"Connect worker kill -9 in its first flush window, then x{kills} mid-stream",
         rows_compared(report),
         str(differences(report)),
         seconds,
@@ -238,6 +222,8 @@ def soak(
                 target = workload.changes + per_round
                 results.append(faulty_round(pipeline, workload, number, target, large_rows))
                 log.info("%s", results[-1])
+                results.append(truncate_round(pipeline, workload, number))
+                log.info("%s", results[-1])
                 results.append(cache_loss_round(pipeline, workload, number))
                 log.info("%s", results[-1])
             if args.freeze_seconds:
@@ -245,6 +231,13 @@ def soak(
                     search_frozen_round(pipeline, workload, search_pid, args.freeze_seconds)
                 )
                 log.info("%s", results[-1])
+            for scenario in (drop_column_round, recreated_topics_round, swaps_across_batches_round):
+                results.append(scenario(pipeline, workload))
+                log.info("%s", results[-1])
+            results.append(source_database_check(pipeline))
+            log.info("%s", results[-1])
+            results.append(workload_cases(pipeline, workload))
+            log.info("%s", results[-1])
             if pipeline.dead_letters():
                 raise AssertionError(f"{pipeline.dead_letters()} dead letters (none expected)")
         finally:
@@ -264,23 +257,29 @@ def soak(
                 log.info("%s", results[-1])
         finally:
             workload.close()
-    total = sum(r.changes for r in results)
+    # The workload-cases row counts operations already in the other rows' changes.
+    total = sum(r.changes for r in results if not r.faults.startswith("all of the above"))
     faults = [
-        f"{pipeline.job.starts - 1} job kill -9",
+        f"{2 * args.rounds} job kill -9",
+        "4 job restarts (the DDL, the topics, the swaps twice)",
         f"{args.rounds} capture restarts",
         f"{args.rounds} capture kill -9",
         f"{args.rounds} flushes",
+        f"{args.rounds} TRUNCATE",
+        "column drop + rename",
+        "topics re-created",
+        "swaps read 3 records a batch",
     ]
     if args.freeze_seconds:
         faults.append(f"search frozen {args.freeze_seconds:g}s")
     if args.connect_kills:
-        faults.append(f"{args.connect_kills} Connect worker kill -9")
+        faults.append(f"{args.connect_kills + 1} Connect worker kill -9")
     results.append(
         Result(
             f"total (seed {args.seed})",
             total,
             ", ".join(faults),
-            results[-1].rows_compared,
+            max(r.rows_compared for r in results),
             "0",
             sum(r.seconds for r in results),
         )

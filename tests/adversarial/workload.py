@@ -5,6 +5,10 @@ transaction(s); the mix covers what a change-data-capture pipeline most easily g
 
 - every column type, and TOAST-only updates of rows whose big columns hold >8 kB of poorly
   compressible data stored out of line (Debezium sends `__debezium_unavailable_value`);
+- intervals with fractional seconds of every magnitude and sign, months and days of either sign;
+- an array column per element type, each stored out of line, left unchanged by updates of other
+  columns (and by primary-key moves), set to null and back;
+- a table written by its own operations that `truncate_under_load` TRUNCATEs;
 - primary-key updates, single (cascading into the child's foreign key) and composite;
 - delete + re-insert of the same key in one transaction and in two;
 - SAVEPOINT / ROLLBACK TO inside a transaction, and whole transactions rolled back;
@@ -37,7 +41,7 @@ from psycopg.types.json import Jsonb
 SCHEMA_SQL = Path(__file__).with_name("schema.sql")
 MAPPING = Path(__file__).with_name("mapping.yaml")
 CONNECTOR = Path(__file__).with_name("connector.json")
-TABLES = ("adv.parent", "adv.child", "adv.deferred")
+TABLES = ("adv.parent", "adv.child", "adv.deferred", "adv.arrays", "adv.truncated")
 BIG_MD5_CHUNKS = 300  # 300 x 32 hex chars: ~9.6 kB per big column, out of line (> 8 kB)
 SPECIAL_KEY_PARTS = ("a|b", "a\\|b", "x\\", "\\", "|", "||", "p\\\\q", "plain", "é|ü", "")
 
@@ -45,8 +49,16 @@ Conn = psycopg.Connection[Any]
 
 
 def create_schema(pg_url: str) -> None:
+    """schema.sql, plus a citext[] column when the server has the extension (contrib)."""
     with psycopg.connect(pg_url, autocommit=True) as conn:
         conn.execute(SCHEMA_SQL.read_text().encode())
+        available = conn.execute(
+            b"SELECT 1 FROM pg_available_extensions WHERE name = 'citext'"
+        ).fetchone()
+        if available:
+            conn.execute(b"CREATE EXTENSION IF NOT EXISTS citext")
+            conn.execute(b"ALTER TABLE adv.arrays ADD COLUMN IF NOT EXISTS a_citext citext[]")
+            conn.execute(b"ALTER TABLE adv.arrays ALTER COLUMN a_citext SET STORAGE EXTERNAL")
 
 
 @dataclass
@@ -59,6 +71,8 @@ class Context:
     next_parent: int = 1
     next_deferred: int = 1
     next_child_n: int = 1
+    next_arrays: int = 1
+    next_truncated: int = 1
     changes: int = 0  # committed row changes (cascades not counted)
 
     def parent_id(self) -> int:
@@ -68,6 +82,14 @@ class Context:
     def deferred_id(self) -> int:
         self.next_deferred += 1
         return self.next_deferred - 1
+
+    def arrays_id(self) -> int:
+        self.next_arrays += 1
+        return self.next_arrays - 1
+
+    def truncated_id(self) -> int:
+        self.next_truncated += 1
+        return self.next_truncated - 1
 
     def child_n(self) -> int:
         self.next_child_n += 1
@@ -108,11 +130,20 @@ def _text(rng: random.Random) -> str:
     return " ".join(rng.choice(pieces) for _ in range(rng.randint(1, 4)))
 
 
+# Magnitudes of an interval's time part, in microseconds: one µs to ~3,000 hours (pgjdbc parses
+# the hours as an int), each of either sign.
+INTERVAL_MICROS_SCALES = (1, 999, 999_999, 60 * 10**6, 86_400 * 10**6, 10**13)
+
+
 def _interval(rng: random.Random) -> str:
-    """Whole seconds: Debezium's string mode can lose 1 µs of fractions (docs/types.md)."""
+    """Months, days and microseconds, each of either sign and any magnitude: fractional seconds
+    Debezium's string mode computes through a double (schema/interval.py rounds them back)."""
+    micros = rng.randint(-1, 1) * rng.randint(0, rng.choice(INTERVAL_MICROS_SCALES))
+    if rng.random() < 0.1:  # a whole-second value next to the fractional ones
+        micros -= micros % 10**6
     return (
-        f"{rng.randint(0, 5)} years {rng.randint(0, 11)} mons {rng.randint(-40, 40)} days "
-        f"{rng.randint(0, 23)}:{rng.randint(0, 59)}:{rng.randint(0, 59)}"
+        f"{rng.randint(-100, 100)} years {rng.randint(-11, 11)} mons "
+        f"{rng.randint(-40000, 40000)} days {micros} microseconds"
     )
 
 
@@ -399,6 +430,221 @@ def swap_deferred_keys(ctx: Context) -> str | None:
     return "swap deferred primary keys (one statement)"
 
 
+# ---- arrays of every element type, TOASTed ------------------------------------------------
+
+# Array type (format_type) -> (element from g and h, a random int32 of the salted g; elements for
+# more than ARRAY_BYTES on disk). The values are exact in every sink's representation: reals are
+# multiples of 1/64 (verify reads Postgres' shortest text of a float4), dates and timestamps after
+# 1582 (Debezium shifts older array elements to the Julian calendar: docs/known-limits.md).
+ARRAY_BYTES = 3000
+ARRAY_ELEMENTS: dict[str, tuple[str, int]] = {
+    "double precision[]": ("h::float8 / 7", 8),
+    "real[]": ("(h %% 65536)::real / 64", 4),
+    "smallint[]": ("(h %% 32768)::int2", 2),
+    "integer[]": ("h", 4),
+    "bigint[]": ("h::int8 * 2147483647", 8),
+    "numeric[]": ("h::numeric / 7", 14),
+    "boolean[]": ("h %% 2 = 0", 1),
+    "date[]": ("date '2000-01-01' + h %% 20000", 4),
+    "timestamp with time zone[]": (
+        "timestamptz '2000-01-01 00:00:00Z' + h::int8 * 997 * interval '1 microsecond'",
+        8,
+    ),
+    "uuid[]": ("md5(g::text || h)::uuid", 16),
+    "text[]": ("CASE WHEN g %% 17 = 0 THEN 'a,b {c} \"q\" | \\ é ' || h ELSE md5(h::text) END", 33),
+    "character varying[]": ("md5(h::text)", 33),
+    "character(8)[]": ("left(md5(h::text), 8)", 9),
+    "jsonb[]": (
+        "jsonb_build_object('h', h, 's', md5(g::text), 'l', jsonb_build_array(g, null))",
+        50,
+    ),
+    "citext[]": ("md5(h::text)::citext", 33),
+}
+RANDOM_INT = "('x' || substr(md5(g::text || %s), 1, 8))::bit(32)::int"
+
+
+def array_sql(array_type: str) -> str:
+    """A new value of an array column, computed by Postgres from a salt (one `%s`)."""
+    element, size = ARRAY_ELEMENTS[array_type]
+    return (
+        f"(SELECT array_agg({element} ORDER BY g) FROM (SELECT g, {RANDOM_INT} AS h "
+        f"FROM generate_series(1, {ARRAY_BYTES // size + 1}) g) s)"
+    )
+
+
+def array_columns(conn: Conn) -> list[tuple[str, str]]:
+    """adv.arrays' array columns now (name, type), in column order: the drop/rename scenario
+    changes them while the workload runs."""
+    rows = conn.execute(
+        b"SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute "
+        b"WHERE attrelid = 'adv.arrays'::regclass AND attnum > 0 AND NOT attisdropped "
+        b"AND attname NOT IN ('id', 'n', 'note') ORDER BY attnum"
+    ).fetchall()
+    return [(str(name), str(type_)) for name, type_ in rows]
+
+
+def _some_arrays(ctx: Context) -> int | None:
+    row = _pick(ctx.conn, "SELECT id FROM adv.arrays ORDER BY id", ctx.rng)
+    return None if row is None else int(row[0])
+
+
+def _insert_arrays(ctx: Context, row_id: int) -> None:
+    columns = array_columns(ctx.conn)
+    names = ", ".join(["id", "n", "note", *(name for name, _ in columns)])
+    values = ", ".join(["%s", "%s", "%s", *(array_sql(type_) for _, type_ in columns)])
+    salt = str(ctx.rng.randrange(10**9))
+    params = [row_id, ctx.rng.randrange(1000), _text(ctx.rng), *([salt] * len(columns))]
+    ctx.changes += _run(ctx, f"INSERT INTO adv.arrays ({names}) VALUES ({values})", params)
+
+
+def insert_arrays(ctx: Context) -> str:
+    with ctx.conn.transaction():
+        _insert_arrays(ctx, ctx.arrays_id())
+    return "insert arrays (every element type TOASTed)"
+
+
+def update_arrays_small(ctx: Context) -> str | None:
+    """A TOAST-only update: every array stays out of line, unchanged."""
+    row = _some_arrays(ctx)
+    if row is None:
+        return None
+    with ctx.conn.transaction():
+        ctx.changes += _run(
+            ctx,
+            "UPDATE adv.arrays SET n = n + 1, note = %s WHERE id = %s",
+            (_text(ctx.rng), row),
+        )
+    return "update arrays small columns (TOAST unchanged)"
+
+
+def update_arrays_one(ctx: Context) -> str | None:
+    """One array replaced, or set to null (a null array is a placeholder to Debezium for some
+    types: only Postgres can tell the two apart once it is unchanged)."""
+    row = _some_arrays(ctx)
+    if row is None:
+        return None
+    name, type_ = ctx.rng.choice(array_columns(ctx.conn))
+    null = ctx.rng.random() < 0.3
+    value = "NULL" if null else array_sql(type_)
+    with ctx.conn.transaction():
+        ctx.changes += _run(
+            ctx,
+            f'UPDATE adv.arrays SET "{name}" = {value} WHERE id = %s',
+            (row,) if null else (str(ctx.rng.randrange(10**9)), row),
+        )
+    return "update arrays: one array replaced or nulled"
+
+
+def move_arrays_key(ctx: Context) -> str | None:
+    """A primary-key move: no sink holds the new key, so its unchanged arrays come from
+    Postgres."""
+    row = _some_arrays(ctx)
+    if row is None:
+        return None
+    with ctx.conn.transaction():
+        ctx.changes += _run(
+            ctx, "UPDATE adv.arrays SET id = %s WHERE id = %s", (ctx.arrays_id(), row)
+        )
+    return "move arrays primary key (TOAST unchanged)"
+
+
+def delete_arrays(ctx: Context) -> str | None:
+    row = _some_arrays(ctx)
+    if row is None:
+        return None
+    with ctx.conn.transaction():
+        ctx.changes += _run(ctx, "DELETE FROM adv.arrays WHERE id = %s", (row,))
+    return "delete arrays"
+
+
+# ---- the truncated table --------------------------------------------------------------------
+
+
+def insert_truncated(ctx: Context) -> str:
+    with ctx.conn.transaction():
+        ctx.changes += _run(
+            ctx,
+            "INSERT INTO adv.truncated (id, val) VALUES (%s, %s)",
+            (ctx.truncated_id(), _text(ctx.rng)),
+        )
+    return "insert truncated"
+
+
+def update_truncated(ctx: Context) -> str | None:
+    row = _pick(ctx.conn, "SELECT id FROM adv.truncated ORDER BY id", ctx.rng)
+    if row is None:
+        return None
+    with ctx.conn.transaction():
+        ctx.changes += _run(
+            ctx, "UPDATE adv.truncated SET val = %s WHERE id = %s", (_text(ctx.rng), row[0])
+        )
+    return "update truncated"
+
+
+def delete_truncated(ctx: Context) -> str | None:
+    row = _pick(ctx.conn, "SELECT id FROM adv.truncated ORDER BY id", ctx.rng)
+    if row is None:
+        return None
+    with ctx.conn.transaction():
+        ctx.changes += _run(ctx, "DELETE FROM adv.truncated WHERE id = %s", (row[0],))
+    return "delete truncated"
+
+
+def truncate_and_reinsert(pg_url: str, round_: int) -> int:
+    """TRUNCATE adv.truncated in a transaction of its own, then three quarters of its keys
+    written again, half in the next transaction and a quarter in a later one (the rest stays
+    gone: a sink that missed the truncate keeps them). Its own connection: the workload may run
+    in another thread meanwhile (its writers of the table wait for the lock). Returns the row
+    changes committed (the truncate counts one)."""
+    changes = 1
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        keys = [int(r[0]) for r in conn.execute(b"SELECT id FROM adv.truncated ORDER BY id")]
+        with conn.transaction():
+            conn.execute(b"TRUNCATE adv.truncated")
+        for part in (keys[::2], keys[1::4]):
+            with conn.transaction():
+                for key in part:
+                    cursor = conn.execute(
+                        b"INSERT INTO adv.truncated (id, val, round) "
+                        b"VALUES (%s, md5(%s::text || 'again'), %s) "
+                        b"ON CONFLICT (id) DO UPDATE "
+                        b"SET val = EXCLUDED.val, round = EXCLUDED.round",
+                        (key, key * 1000 + round_, round_),
+                    )
+                    changes += max(cursor.rowcount, 0)
+    return changes
+
+
+DROPPED_COLUMN = "spare_drop"
+RENAMED_COLUMN = ("spare_name", "spare_renamed")
+
+
+def drop_and_rename_after_toast_updates(pg_url: str) -> int:
+    """For the job stopped meanwhile: TOAST-only updates and a key move of adv.arrays rows (their
+    changes carry the old columns, unavailable), then a TOASTed column dropped and another
+    renamed, then a TOAST-only update of every row (the new schema; it also carries the renamed
+    column to the sinks, docs/schema-changes.md). The restarted job meets both schemas in one
+    batch and fills what the sinks lack from Postgres, whose table has changed. Returns the row
+    changes committed."""
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        changes = 0
+        with conn.transaction():
+            changes += conn.execute(b"UPDATE adv.arrays SET n = n + 1 WHERE id % 2 = 0").rowcount
+        with conn.transaction():
+            changes += conn.execute(
+                b"UPDATE adv.arrays SET id = id + 1000000 "
+                b"WHERE id = (SELECT min(id) FROM adv.arrays)"
+            ).rowcount
+        with conn.transaction():
+            conn.execute(f"ALTER TABLE adv.arrays DROP COLUMN {DROPPED_COLUMN}".encode())
+            conn.execute(
+                "ALTER TABLE adv.arrays RENAME COLUMN {} TO {}".format(*RENAMED_COLUMN).encode()
+            )
+        with conn.transaction():
+            changes += conn.execute(b"UPDATE adv.arrays SET note = 'after the drop'").rowcount
+    return changes
+
+
 # ---- transactions ---------------------------------------------------------------------------
 
 
@@ -522,6 +768,14 @@ OPERATIONS: list[tuple[Operation, int]] = [
     (savepoint_transaction, 2),
     (rolled_back_transaction, 1),
     (interleaved_transactions, 2),
+    (insert_arrays, 1),
+    (update_arrays_small, 3),
+    (update_arrays_one, 1),
+    (move_arrays_key, 1),
+    (delete_arrays, 1),
+    (insert_truncated, 3),
+    (update_truncated, 2),
+    (delete_truncated, 1),
 ]
 
 
@@ -543,6 +797,8 @@ class Workload:
             ctx.next_parent = _next(self._conn, "SELECT max(id) FROM adv.parent")
             ctx.next_deferred = _next(self._conn, "SELECT max(id) FROM adv.deferred")
             ctx.next_child_n = _next(self._conn, "SELECT max(n) FROM adv.child")
+            ctx.next_arrays = _next(self._conn, "SELECT max(id) FROM adv.arrays")
+            ctx.next_truncated = _next(self._conn, "SELECT max(id) FROM adv.truncated")
             self._ctx = ctx
         return self._ctx
 
@@ -571,12 +827,20 @@ class Workload:
             insert_child(ctx)
             insert_child(ctx)
             insert_deferred(ctx)
-        self.done["seed rows"] += 4 * parents
+            insert_arrays(ctx)
+            insert_truncated(ctx)
+        self.done["seed rows"] += 6 * parents
 
     def large_transaction(self, rows: int) -> int:
         changed = large_transaction(self.context(), rows)
         self.done[f"large transaction ({rows} inserts, updates, deletes)"] += 1
         return changed
+
+    def truncate_and_reinsert(self, round_: int = 1) -> int:
+        """Thread-safe next to `run` (a connection of its own); returns the changes committed."""
+        changes = truncate_and_reinsert(self.pg_url, round_)
+        self.done["TRUNCATE adv.truncated, keys written again"] += 1
+        return changes
 
     def close(self) -> None:
         if self._conn is not None:

@@ -4,7 +4,10 @@ transactions, with faults in between: kill -9 of the sync job subprocess mid-bat
 its checkpoint), a graceful capture restart with changes made while it was down, kill -9 of the
 capture process (the embedded engine's JVM) while it streams, the Redis cache flushed while
 running (repaired by an incremental snapshot), and the search server frozen (SIGSTOP) while the
-workload writes. Kafka Connect worker kills: test_adversarial_connect.py. Long version: `make soak`.
+workload writes. Then (issue 17) adv.truncated TRUNCATEd under load, the job's database found
+through the connector's settings (CDC_SYNC_PG_URL unset; a URL elsewhere refused), and a column
+dropped and one renamed after TOAST-only updates while the job was stopped. Kafka Connect worker
+kills: test_adversarial_connect.py. Long version: `make soak`.
 """
 
 from __future__ import annotations
@@ -23,14 +26,19 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
+from cdc_sync.core import settings
 from cdc_sync.core.model import TableId
 from cdc_sync.sinks.search import readback as search_readback
 from cdc_sync.sinks.search.backends import open_backend
+from tests.adversarial.capture import EngineCapture
+from tests.adversarial.child import wait_for
 from tests.adversarial.pipeline import PROJECT_ROOT, Pipeline
+from tests.adversarial.scenarios import database_name
 from tests.adversarial.workload import (
     TABLES,
     Workload,
     create_schema,
+    drop_and_rename_after_toast_updates,
     paced,
     paced_in_background,
     swap_deferred_keys,
@@ -196,32 +204,53 @@ def test_repair_restores_damaged_sinks_while_the_workload_runs(
     assert broken["adv.deferred", "delta"].extra == [str(EXTRA_ID)]
     assert broken["adv.child", "search"].extra == [EXTRA_DOC]
     finished: list[datetime] = []
-
-    def write() -> None:  # for a fixed time: repair's first round must fall inside it
-        end = time.monotonic() + WORKLOAD_SECONDS
-        while time.monotonic() < end:
-            paced(workload, 10)
-        finished.append(datetime.now(tz=UTC))
-
-    writer = threading.Thread(target=write)
-    writer.start()
     argv = [sys.executable, "-m", "cdc_sync.cli", "repair", "--mapping", str(pipeline.mapping_path)]
     # The capture runs the connector file with this override (Pipeline.capture_settings).
     argv += ["--set", f"notification.sink.topic.name={pipeline.topic_prefix}.notifications"]
-    repair = subprocess.run(
-        [*argv, "--rounds", "4"],
-        cwd=PROJECT_ROOT,
-        env=pipeline.job.env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    writer.join()
-    assert repair.returncode == 0, repair.stdout + repair.stderr
+    errors = pipeline.root / "repair.stderr"
+    with errors.open("w") as stderr:
+        repair = subprocess.Popen(
+            [*argv, "--rounds", "4"],
+            cwd=PROJECT_ROOT,
+            env=pipeline.job.env,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+        )
+    printed: list[str] = []
+    snapshot_started = threading.Event()
+
+    def read() -> None:
+        assert repair.stdout is not None
+        for line in repair.stdout:
+            printed.append(line)
+            if SNAPSHOT_STARTED.search(line):
+                snapshot_started.set()
+        snapshot_started.set()  # exited
+
+    def write() -> None:  # until repair's snapshot has started (however long its first round
+        # takes on a loaded machine), a little beyond, then quiet: repair's last verify is clean
+        while not snapshot_started.is_set():
+            paced(workload, 10)
+        paced(workload, 20)
+        finished.append(datetime.now(tz=UTC))
+
+    reader = threading.Thread(target=read)
+    writer = threading.Thread(target=write)
+    reader.start()
+    writer.start()
+    try:
+        returncode = repair.wait(timeout=600)
+    finally:
+        repair.kill()
+        reader.join()
+        writer.join()
+    stdout = "".join(printed)
+    assert returncode == 0, stdout + errors.read_text()
     # The snapshot repair asked for started while the workload was still writing.
-    snapshot = re.search(r"snapshot (\S+) started", repair.stdout)
-    assert snapshot is not None, repair.stdout
-    assert datetime.fromisoformat(snapshot.group(1)) < finished[0], repair.stdout
+    snapshot = SNAPSHOT_STARTED.search(stdout)
+    assert snapshot is not None, stdout
+    assert datetime.fromisoformat(snapshot.group(1)) < finished[0], stdout
     # Per table and sink what was wrong and what repair did (counts include rows the workload
     # changed meanwhile, so only lower bounds are certain).
     for pattern in (
@@ -231,8 +260,8 @@ def test_repair_restores_damaged_sinks_while_the_workload_runs(
         r"adv\.deferred delta: \d+ extra: [1-9]\d* deleted at their stored version",
         r"adv\.child search: \d+ extra: [1-9]\d* deleted at their stored version",
     ):
-        assert re.search(pattern, repair.stdout), repair.stdout
-    assert repair.stdout.rstrip().endswith("converged"), repair.stdout
+        assert re.search(pattern, stdout), stdout
+    assert stdout.rstrip().endswith("converged"), stdout
     # The job ran its Delta upkeep between batches all along (`--maintain-every`); on tables
     # this small a MERGE leaves one file, so there may be nothing to compact.
     logs = [pipeline.job.log, pipeline.root / "state" / "logs" / "job.log"]
@@ -241,7 +270,7 @@ def test_repair_restores_damaged_sinks_while_the_workload_runs(
     pipeline.wait_converged(timeout_seconds=120)
 
 
-WORKLOAD_SECONDS = 20
+SNAPSHOT_STARTED = re.compile(r"snapshot (\S+) started")
 EXTRA_ID = 10**9
 EXTRA_DOC = "zz\\|extra|1"
 
@@ -276,3 +305,73 @@ def damage(pipeline: Pipeline) -> None:
         row.schema.get_field_index("id"), "id", pa.array([EXTRA_ID], row.schema.field("id").type)
     )
     write_deltalake(path, row.cast(pa.schema(DeltaTable(path).schema().to_arrow())), mode="append")
+
+
+def test_truncate_under_load_converges(adversarial: tuple[Pipeline, Workload]) -> None:
+    """adv.truncated is TRUNCATEd while the workload writes (to it too), its keys written again
+    after: every sink drops the rows older than the truncate and keeps the later ones."""
+    pipeline, workload = adversarial
+    writer = paced_in_background(workload, 60)
+    time.sleep(1.0)
+    assert workload.truncate_and_reinsert() > 1
+    writer.join()
+    pipeline.wait_converged(timeout_seconds=180)
+    assert pipeline.dead_letters() == 0
+
+
+def test_job_and_verify_read_the_connectors_database_and_a_url_elsewhere_is_refused(
+    adversarial: tuple[Pipeline, Workload],
+) -> None:
+    """The job ran without CDC_SYNC_PG_URL all along (the connector's CDC_SYNC_PG_* name the
+    private database) and verify read the same way; with the URL on another database of the
+    server the job refuses at start naming both. The full check: test_source_database.py."""
+    pipeline, _ = adversarial
+    assert settings.PG_URL not in pipeline.job.env
+    captured = pipeline.connections.require("pg_url")
+    with private_database(captured, "adv_elsewhere") as other:
+        output = pipeline.refused_start(other)
+    for url in (captured, other):
+        assert database_name(url) in output, output
+
+
+def test_column_dropped_and_renamed_after_toast_only_updates(
+    adversarial: tuple[Pipeline, Workload],
+) -> None:
+    """While the job is stopped: TOAST-only updates and a key move of adv.arrays, then a TOASTed
+    column dropped and another renamed, then a TOAST-only update of every row. The restarted job
+    (on_schema_change: evolve) fills the unavailable columns from the changed table and
+    converges; the workload goes on after. Late in the module: it changes the schema."""
+    pipeline, workload = adversarial
+    pipeline.wait_converged(timeout_seconds=180)
+    pipeline.job.stop()
+    assert drop_and_rename_after_toast_updates(pipeline.connections.require("pg_url")) > 0
+    pipeline.job.start()
+    pipeline.job.wait_up()
+    paced(workload, 40)
+    pipeline.wait_converged(timeout_seconds=180)
+    assert pipeline.dead_letters() == 0
+
+
+def test_a_second_initial_snapshot_removes_rows_deleted_before_it(
+    adversarial: tuple[Pipeline, Workload],
+) -> None:
+    """Capture restarted without its offsets (a Connect worker killed before its first offset
+    flush; an offset file or topic lost) takes a new initial snapshot on the same topics. Rows
+    deleted after the first snapshot whose deletes it had not published are absent from the
+    new one, and nothing else told the sinks: they kept them (before the snapshot-end sweep,
+    docs/internals.md "The end of a full snapshot"). Last in the module (a second snapshot)."""
+    pipeline, workload = adversarial
+    pipeline.wait_converged(timeout_seconds=180)
+    pipeline.stop_capture()
+    assert isinstance(pipeline.capture, EngineCapture)
+    pipeline.capture.forget_offsets()  # the slot stays, as after the worker's kill
+    with psycopg.connect(pipeline.connections.require("pg_url"), autocommit=True) as conn:
+        row = conn.execute(
+            "DELETE FROM adv.deferred WHERE id = (SELECT min(id) FROM adv.deferred) RETURNING id"
+        ).fetchone()
+    assert row is not None
+    pipeline.start_capture()
+    wait_for("a second initial snapshot", lambda: pipeline.initial_snapshots() == 2, 120.0, 1.0)
+    paced(workload, 20)
+    pipeline.wait_converged(timeout_seconds=180)
+    assert pipeline.dead_letters() == 0
