@@ -81,6 +81,7 @@ def commands(setup: Setup) -> list[list[str]]:
         ["connectors", "validate", "--connector", connector],
         ["connectors", "snapshot", "--connector", connector, "--table", "shop.products"],
         ["connectors", "slots", "--connector", connector],
+        ["capture", "--connector", connector],
     ]
 
 

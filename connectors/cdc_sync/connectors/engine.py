@@ -20,7 +20,8 @@ from typing import Any
 
 from cdc_sync.connectors.publisher import KafkaPublisher, Record, TopicSettings
 from cdc_sync.core.settings import Connections
-from cdc_sync.debezium.connector import ConnectorFile, load_connector, pg_env_from_url
+from cdc_sync.debezium.connector import ConnectorFile, load_connector
+from cdc_sync.debezium.database import placeholder_env, source_database
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +104,10 @@ class CaptureEngine:
         overrides: Mapping[str, str] | None = None,
     ) -> CaptureEngine:
         connector = load_connector(path)
-        env = dict(os.environ) | pg_env_from_url(connections.require("pg_url"))
+        # Invariant 7, as the job resolves it: the file's `${env:...}` from the environment, the
+        # URL's parts only where those are unset; a URL naming another database is refused here.
+        source_database(connections, connector, overrides)
+        env = dict(os.environ) | placeholder_env(connections)
         state_dir.mkdir(parents=True, exist_ok=True)
         properties = engine_properties(connector, env, state_dir, overrides)
         publisher = KafkaPublisher(
