@@ -14,16 +14,15 @@ import pyarrow.parquet as pq
 import pytest
 
 from cdc_sync.core.errors import ConfigError
-from cdc_sync.core.settings import Connections
 from cdc_sync.job.fold import fold_key
-from cdc_sync.mapping import DeltaRoute, MappingFile, TableRoute
+from cdc_sync.mapping import DeltaRoute, TableRoute
 from cdc_sync.sinks.delta import readback as delta_readback
 from cdc_sync.verify.compare import source_keys
 from cdc_sync.verify.erase import erase
 from cdc_sync.verify.extra_rows import RepairSinks
 from tests.changes import change, products_route
 from tests.envelopes import product
-from tests.integration.test_repair import held
+from tests.integration.test_repair import held, open_repair_sinks
 from tests.pg import private_database
 
 pytestmark = pytest.mark.integration
@@ -31,26 +30,7 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture
 def sinks(search_url: str, redis_url: str, tmp_path: Path) -> Iterator[RepairSinks]:
-    connections = Connections(
-        pg_url=None,
-        kafka_bootstrap=None,
-        kafka_flavor="tansu",
-        search_url=search_url,
-        search_client="opensearch",
-        redis_url=redis_url,
-        connect_url=None,
-        warehouse=str(tmp_path / "warehouse"),
-    )
-    mapping = MappingFile(
-        path=Path("erase.yaml"),
-        topic_prefix="t",
-        connector=None,
-        dead_letter_topic="t.dead",
-        tombstone_retention_seconds=3600,
-        tables={},
-        ignored=frozenset(),
-    )
-    sinks = RepairSinks(mapping, connections)
+    sinks = open_repair_sinks(search_url, redis_url, tmp_path / "warehouse")
     yield sinks
     sinks.close()
 

@@ -53,8 +53,8 @@ def test_key_filters_select_exactly_the_keys_in_postgres(pg_url: str) -> None:
         assert sorted(found) == sorted(keys[k] for k in wanted)
 
 
-@pytest.fixture
-def sinks(search_url: str, redis_url: str, tmp_path: Path) -> Iterator[RepairSinks]:
+def open_repair_sinks(search_url: str, redis_url: str, warehouse: Path) -> RepairSinks:
+    """Repair's sinks on the test services, for a mapping with no tables of its own."""
     connections = Connections(
         pg_url=None,
         kafka_bootstrap=None,
@@ -63,7 +63,7 @@ def sinks(search_url: str, redis_url: str, tmp_path: Path) -> Iterator[RepairSin
         search_client="opensearch",
         redis_url=redis_url,
         connect_url=None,
-        warehouse=str(tmp_path / "warehouse"),
+        warehouse=str(warehouse),
     )
     mapping = MappingFile(
         path=Path("repair.yaml"),
@@ -74,7 +74,12 @@ def sinks(search_url: str, redis_url: str, tmp_path: Path) -> Iterator[RepairSin
         tables={},
         ignored=frozenset(),
     )
-    sinks = RepairSinks(mapping, connections)
+    return RepairSinks(mapping, connections)
+
+
+@pytest.fixture
+def sinks(search_url: str, redis_url: str, tmp_path: Path) -> Iterator[RepairSinks]:
+    sinks = open_repair_sinks(search_url, redis_url, tmp_path / "warehouse")
     yield sinks
     sinks.close()
 

@@ -118,6 +118,13 @@ def ensure_table(warehouse: Path, route: DeltaRoute, row_schema: pa.Schema) -> l
         ensure_tombstones(warehouse, route)
         return list(wanted.names)
     ensure_properties(table, route)
+    added = _evolve(path, table, wanted, "Delta table")
+    ensure_tombstones(warehouse, route)
+    return added
+
+
+def _evolve(path: Path, table: DeltaTable, wanted: pa.Schema, what: str) -> list[str]:
+    """Number columns widened (a rewrite), then the missing columns added; their names."""
     current = pa.schema(table.schema().to_arrow())
     widened = [f for f in wanted if f.name in current.names and _retyped(current.field(f.name), f)]
     if widened:
@@ -126,8 +133,7 @@ def ensure_table(warehouse: Path, route: DeltaRoute, row_schema: pa.Schema) -> l
     added = [f for f in wanted if f.name not in current.names]
     if added:
         table.alter.add_columns([Field.from_arrow(f) for f in added])
-        log.info("added columns %s to Delta table %s", [f.name for f in added], path)
-    ensure_tombstones(warehouse, route)
+        log.info("added columns %s to %s %s", [f.name for f in added], what, path)
     return [f.name for f in added]
 
 
@@ -172,16 +178,7 @@ def ensure_history(warehouse: Path, route: DeltaRoute, row_schema: pa.Schema) ->
         DeltaTable.create(str(path), schema=wanted, mode="ignore", name=route.history_name())
         log.info("created Delta history table %s at %s", route.history_name(), path)
         return list(wanted.names)
-    current = pa.schema(table.schema().to_arrow())
-    widened = [f for f in wanted if f.name in current.names and _retyped(current.field(f.name), f)]
-    if widened:
-        table = _rewrite_widened(path, table, widened)
-        current = pa.schema(table.schema().to_arrow())
-    added = [f for f in wanted if f.name not in current.names]
-    if added:
-        table.alter.add_columns([Field.from_arrow(f) for f in added])
-        log.info("added columns %s to Delta history table %s", [f.name for f in added], path)
-    return [f.name for f in added]
+    return _evolve(path, table, wanted, "Delta history table")
 
 
 def ensure_tombstones(warehouse: Path, route: DeltaRoute) -> None:
