@@ -109,6 +109,22 @@ def test_a_truncate_closes_the_current_versions(tmp_path: Path) -> None:
     ]
 
 
+def test_a_snapshot_end_keeps_a_row_the_snapshot_merged_in_place(tmp_path: Path) -> None:
+    """A re-snapshot's row equal to the current version is merged into it in place (its
+    `_cdc_version` rises, `_cdc_version_from` stays); the snapshot's end, a TRUNCATE at the
+    snapshot's version, must not close it. It did: the adversarial re-snapshot found keys
+    missing from the history's current rows."""
+    sink = DeltaSink(tmp_path, tombstone_retention_seconds=3600)
+    first = batch(change("c", 100, 1, product(1)), change("c", 100, 2, product(2)))
+    sink.ensure_target(ROUTE, first[0].schema)
+    sink.apply(ROUTE, first)
+    sink.apply(ROUTE, batch(change("r", 300, 1, product(1))))  # key 2 was deleted unseen
+    sink.truncate(ROUTE, Truncate(ROUTE.table, 300, coords(300), None, 300_000, snapshot_end=True))
+    current = sorted((r[0], r[1], r[6]) for r in history(tmp_path) if r[6])
+    assert current == [("c", 100, True)]  # key 1 stays current; key 2 is closed
+    assert sorted(r[0] for r in history(tmp_path)) == ["c", "c", "t"]
+
+
 def test_history_turned_on_later_starts_with_the_next_versions(tmp_path: Path) -> None:
     sink = DeltaSink(tmp_path, tombstone_retention_seconds=3600)
     plain = dataclasses.replace(ROUTE, delta=DeltaRoute("shop", "products"))

@@ -38,6 +38,7 @@ from cdc_sync.sinks.delta.history import (
     IS_CURRENT,
     OP,
     VERSION_FROM,
+    VERSION_LAST,
     Version,
     recompute,
     stored_version,
@@ -77,13 +78,16 @@ class HistoryWriter:
         return self._merge(route, delta, incoming)
 
     def truncate(self, route: TableRoute, version: int, source_ts_ms: int | None) -> int:
-        """A TRUNCATE closes every key current before it with a `t` row at its version."""
+        """A TRUNCATE closes every key current before it with a `t` row at its version. Before
+        it means the row's newest merged change (`_cdc_version`), not the version that opened
+        it: a snapshot's end sweeps at the snapshot's version, and a snapshot row equal to the
+        current one was merged into it in place (found by the adversarial re-snapshot)."""
         delta = route.delta
         table = self.handles.get(history_path(self.warehouse, delta)) if delta else None
         if delta is None or table is None:
             return 0
         current = table.to_pyarrow_dataset().to_table(
-            filter=(pc.field(IS_CURRENT)) & (pc.field(VERSION_FROM) < version)
+            filter=(pc.field(IS_CURRENT)) & (pc.field(VERSION_LAST) < version)
         )
         valid_from = _timestamp(source_ts_ms)
         incoming = {
