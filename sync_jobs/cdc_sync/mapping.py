@@ -16,6 +16,7 @@ import yaml
 
 from cdc_sync.core.errors import ConfigError, FieldReader
 from cdc_sync.core.model import Change, TableId
+from cdc_sync.relations import DocumentSpec, parse_documents
 from cdc_sync.schema import Column, RowSchema
 from cdc_sync.shape.changes import sink_changes, sink_schema
 from cdc_sync.shape.engine import ExpressionError, parse
@@ -144,6 +145,8 @@ class TableRoute:
     # Per sink (search, cache, delta): filters, computed/masked/hashed/dropped fields, soft
     # deletes (`cdc_sync.shape`); a sink without an entry gets the routed rows as they are.
     shapes: Mapping[str, SinkShape] = field(default_factory=dict)
+    # Its rows feed document indices (`documents`): the job keeps them in the documents' state.
+    documents: bool = False
 
     def sinks(self) -> tuple[str, ...]:
         """The sinks this table is routed to."""
@@ -202,6 +205,9 @@ class MappingFile:
     # Captured only so read-your-writes watermarks advance while the routed tables are idle
     # (the connector's `heartbeat.action.query` writes it); subscribed, never written to sinks.
     heartbeat_table: TableId | None = None
+    # Document indices (`documents`, cdc_sync.relations): name -> spec. Their tables are routed
+    # (`tables`), those without a section of their own with no sink (`TableRoute.documents`).
+    documents: Mapping[str, DocumentSpec] = field(default_factory=dict)
 
     def route_for(self, table: TableId) -> TableRoute | None:
         return self.tables.get(table)
@@ -262,7 +268,7 @@ class MappingFile:
         return [t for t in captured if t not in covered]
 
 
-_TOP_KEYS = ("version", "source", "defaults", "dead_letter", "tables", "ignore")
+_TOP_KEYS = ("version", "source", "defaults", "dead_letter", "tables", "documents", "ignore")
 _TABLE_KEYS = (
     "columns",
     "rename",
@@ -316,6 +322,8 @@ def load_mapping(path: Path) -> MappingFile:
         reader = tables_reader.child(str(name))
         routes[table] = _table_route(table, reader, default_policies, cache_prefix)
 
+    documents = parse_documents(root.child("documents"))
+    routes = _with_document_tables(routes, documents, default_policies)
     ignore_raw = root.str_list("ignore") or ()
     ignored = frozenset(_table_id(root, name) for name in ignore_raw)
     both = sorted(str(t) for t in ignored & routes.keys())
@@ -333,7 +341,21 @@ def load_mapping(path: Path) -> MappingFile:
         default_policies=default_policies,
         schema_source=schema_source,
         heartbeat_table=heartbeat_table,
+        documents=documents,
     )
+
+
+def _with_document_tables(
+    routes: dict[TableId, TableRoute], documents: Mapping[str, DocumentSpec], defaults: Policies
+) -> dict[TableId, TableRoute]:
+    """The routes with every document table marked; a table only documents hold is routed
+    to no sink of its own (its changes feed the documents' state)."""
+    members = {table for spec in documents.values() for table in spec.tables()}
+    out = dict(routes)
+    for table in sorted(members):
+        route = out.get(table) or TableRoute(table, None, {}, None, None, None, defaults)
+        out[table] = replace(route, documents=True)
+    return out
 
 
 def _heartbeat_table(source: FieldReader, listed: Iterable[TableId]) -> TableId | None:

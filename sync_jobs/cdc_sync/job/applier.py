@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cdc_sync.core.model import Change, Coordinates, TableId, Truncate, TruncateFence
+from cdc_sync.documents import DOCUMENTS_DEFERRED, DocumentSync
 from cdc_sync.job.dead_letter import DeadLetter, DeadLetterWriter
 from cdc_sync.job.schema_changes import SchemaState, SchemaTracker
 from cdc_sync.job.schema_store import SchemaStore
@@ -62,6 +63,7 @@ class BatchMetrics:
     truncates: int = 0  # TRUNCATE records (job.truncates)
     truncated: int = 0  # changes dropped as older than their table's TRUNCATE
     dead_lettered: int = 0
+    documents: int = 0  # documents written (indexed or deleted) to document indices
     unavailable_gone: int = 0  # placeholders of rows deleted since: left out (job.unavailable)
     ran_on: str = "executors"  # or "driver": where decode and writes ran (job.batch_phases)
     sinks: dict[str, WriteResult] = field(default_factory=dict)
@@ -124,6 +126,8 @@ class BatchPlan:
     started: float
     # Per routed table of the batch, its newest TRUNCATE so far: the writes drop older changes.
     fences: dict[TableId, TruncateFence] = field(default_factory=dict)
+    # The batch's TRUNCATEs (and snapshot ends): the documents' state applies them too.
+    truncates: Sequence[Truncate] = ()
 
 
 class BatchApplier:
@@ -141,9 +145,10 @@ class BatchApplier:
         schema_store: SchemaStore | None = None,
         observers: Sequence[BatchObserver] = (),
         truncates: TruncateFences | None = None,
+        documents: DocumentSync | None = None,
     ) -> None:
         """`truncates`: the tables' TRUNCATE fences (kept beside the checkpoint by the job;
-        without, in memory)."""
+        without, in memory). `documents`: the document indices' step (mapping `documents`)."""
         self.mapping = mapping
         self.sinks = list(sinks)
         self.dead_letters = dead_letters
@@ -151,6 +156,7 @@ class BatchApplier:
         # Without a store the accepted schemas last as long as this applier (unit tests).
         self.schemas = SchemaTracker(mapping, schema_store)
         self.truncates = truncates or TruncateFences()
+        self.documents = documents
         self.history: list[BatchMetrics] = []
         # Called with each batch's metrics once every sink acknowledged it (before Spark commits
         # its offsets): metrics, watermarks (handed to their own thread), status. An observer
@@ -265,7 +271,7 @@ class BatchApplier:
             self.truncates.apply(self.mapping, self.sinks, truncates)
             metrics.timed("truncate", truncate_started)
         fences = {t: self.truncates.fences[t] for t in accepted if t in self.truncates.fences}
-        return BatchPlan(metrics, letters, accepted, started, fences)
+        return BatchPlan(metrics, letters, accepted, started, fences, list(truncates))
 
     def finish(
         self,
@@ -292,6 +298,7 @@ class BatchApplier:
             for table, shares in by_table.items()
         }
         committed = self._commit(driver_sinks, deferred, metrics)
+        letters += self._documents(plan, deferred)
         for table, shares in sorted(by_table.items()):
             route = self.mapping.tables[table]
             results: dict[str, WriteResult] = {}
@@ -326,6 +333,24 @@ class BatchApplier:
         for observe in self.observers:
             observe(metrics)
         return metrics
+
+    def _documents(
+        self, plan: BatchPlan, deferred: dict[TableId, dict[str, list[Change]]]
+    ) -> list[DeadLetter]:
+        """The document indices, from the batch's full rows (after every sink's write: the
+        flat sinks never wait for a document's fan-out)."""
+        if self.documents is None:
+            return []
+        started = time.monotonic()
+        changes = {table: found.get(DOCUMENTS_DEFERRED, []) for table, found in deferred.items()}
+        result = self.documents.apply(plan.truncates, changes)
+        plan.metrics.timed("documents", started)
+        plan.metrics.documents = result.rendered
+        letters: list[DeadLetter] = []
+        for name, failures in result.refused().items():
+            route = self.mapping.tables[self.mapping.documents[name].table]
+            letters += self._refused(route, {f"documents:{name}": failures})
+        return letters
 
     def _commit(
         self,

@@ -13,6 +13,7 @@ import psycopg
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
+from cdc_sync.core.errors import ConfigError
 from cdc_sync.core.logs import CONSOLE
 from cdc_sync.core.model import KnownSchemas, TableId
 from cdc_sync.core.retry import (
@@ -24,6 +25,7 @@ from cdc_sync.core.retry import (
 from cdc_sync.core.settings import Connections, state_dir
 from cdc_sync.debezium.connector import load_connector
 from cdc_sync.debezium.database import SourceDatabase, source_database
+from cdc_sync.documents import DocumentSync
 from cdc_sync.job.applier import BatchApplier, BatchObserver
 from cdc_sync.job.batch_phases import SmallBatches
 from cdc_sync.job.checkpoint import default_checkpoint_dir, processed_offsets
@@ -48,11 +50,13 @@ from cdc_sync.job.truncates import FileTruncateFences, TruncateFences
 from cdc_sync.job.version_floors import FileVersionFloors
 from cdc_sync.job.watermarks import WatermarkObserver
 from cdc_sync.mapping import MappingFile, SchemaSource
-from cdc_sync.schema.catalog import ConverterModes, known_schemas
+from cdc_sync.schema import RowSchema
+from cdc_sync.schema.catalog import ConverterModes, known_schemas, row_schema_from_catalog
 from cdc_sync.sinks.base import Sink
 from cdc_sync.sinks.delta import DeltaSink
 from cdc_sync.sinks.delta.maintenance import EveryNBatches, UpkeepOptions, maintain_route
 from cdc_sync.sinks.delta.spark_client import DeltaSparkWriter, delta_spark_available
+from cdc_sync.sinks.search import SearchSink
 from cdc_sync.source import stream_options, stream_with_options
 from cdc_sync.source.end_offsets import EndOffsets
 from cdc_sync.source.options import parse_options
@@ -277,6 +281,7 @@ class SyncJob:
         # The progress view first: its summary line precedes the batch line that ended it.
         batch_lines = BatchLine(lambda: self.watermarks.watermark)
         console = ([self.progress] if self.progress else []) + [batch_lines]
+        self.documents = build_documents(mapping, self.sinks, options.checkpoint_dir)
         # The accepted schemas belong to this query's checkpoint: a new checkpoint, a new baseline.
         self.applier = BatchApplier(
             mapping,
@@ -286,6 +291,7 @@ class SyncJob:
             FileSchemaStore.beside_checkpoint(options.checkpoint_dir),
             [self.watermarks, *observers, self.status, *console],
             TruncateFences(FileTruncateFences.beside_checkpoint(options.checkpoint_dir)),
+            self.documents,
         )
         self.processor = MicroBatchProcessor(
             self.applier,
@@ -307,6 +313,10 @@ class SyncJob:
         for route in self.mapping.tables.values():
             for sink in self.sinks:
                 sink.ensure_target(route, None)
+        if self.documents is not None:
+            self.documents.ensure_targets(
+                document_schemas(self.mapping, self.database, converter_modes(self.mapping))
+            )
         stream = stream_with_options(self.spark, self.source)
         writer = (
             stream.writeStream.queryName(
@@ -369,6 +379,32 @@ class SyncJob:
             sink.close()
         self.dead_letters.close()
         self.relay.close()
+        if self.documents is not None:
+            self.documents.close()
+
+
+def build_documents(
+    mapping: MappingFile, sinks: Sequence[Sink], checkpoint: Path
+) -> DocumentSync | None:
+    """The document indices' step (mapping `documents`), writing through the search sink."""
+    if not mapping.documents:
+        return None
+    search = next((sink for sink in sinks if isinstance(sink, SearchSink)), None)
+    if search is None:
+        names = ", ".join(sorted(mapping.documents))
+        raise ConfigError(
+            mapping.path, "documents", f"{names} need a search server: set CDC_SYNC_SEARCH_URL"
+        )
+    return DocumentSync.beside_checkpoint(mapping, checkpoint, search)
+
+
+def document_schemas(
+    mapping: MappingFile, source: SourceDatabase, modes: ConverterModes
+) -> dict[TableId, RowSchema]:
+    """The document tables' schemas from the catalog: the indices' field types."""
+    tables = sorted({t for spec in mapping.documents.values() for t in spec.tables()})
+    with psycopg.connect(source.conninfo) as conn:
+        return {table: row_schema_from_catalog(conn, table, modes) for table in tables}
 
 
 def snapshot_progress(

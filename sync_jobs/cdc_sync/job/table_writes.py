@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from cdc_sync.core.model import Change, Op, TableId, TruncateFence
+from cdc_sync.documents import DOCUMENTS_DEFERRED
 from cdc_sync.job.schema_changes import SchemaState
 from cdc_sync.job.unavailable import SourceFiller
 from cdc_sync.mapping import TableRoute, sink_section
@@ -87,7 +88,8 @@ def write_table(
         changes, written.gone = filler.fill(route.table, changes, schema.schema)
         written.seconds["fill"] = time.monotonic() - started
     # After the fill: filters and computed fields read whole rows (`cdc_sync.shape`).
-    per_sink = route.sink_changes(schema.schema, [schema.conform(c) for c in changes])
+    conformed = [schema.conform(c) for c in changes]
+    per_sink = route.sink_changes(schema.schema, conformed)
     if route.delta is not None and route.delta.history and "delta" in per_sink:
         per_sink["delta"] = [_with_earlier(route, schema, c, fence) for c in per_sink["delta"]]
     for change in changes:
@@ -97,6 +99,8 @@ def write_table(
         written.seconds[name] = seconds
     if defer:
         written.deferred = per_sink
+    if route.documents:  # the driver's document step reads whole rows, filled
+        written.deferred = {**written.deferred, DOCUMENTS_DEFERRED: conformed}
     return written
 
 

@@ -14,7 +14,7 @@ from cdc_sync.core.retry import DEFAULT_POLICY, RetryPolicy, retried
 from cdc_sync.mapping import TableRoute
 from cdc_sync.schema import RowSchema
 from cdc_sync.sinks.base import WriteResult
-from cdc_sync.sinks.search.actions import to_actions, truncate_actions
+from cdc_sync.sinks.search.actions import BulkAction, SearchActions, to_actions, truncate_actions
 from cdc_sync.sinks.search.backends import (
     CLIENT_KINDS,
     SearchBackend,
@@ -70,6 +70,10 @@ class SearchSink:
         if actions is None:
             return WriteResult()
         return self.writer.write_batch(actions)
+
+    def write_documents(self, alias: str, actions: Sequence[BulkAction]) -> WriteResult:
+        """Versioned actions built elsewhere (cdc_sync.documents), fenced like every write."""
+        return self.writer.write_batch(SearchActions(alias, tuple(actions)))
 
     def truncate(self, route: TableRoute, truncate: Truncate) -> int:
         search = route.search

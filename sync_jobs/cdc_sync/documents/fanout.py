@@ -1,0 +1,74 @@
+"""Which documents a batch's changes touch: the roots above every changed row, in bulk.
+
+A changed row (before and after the change: a foreign-key move touches the old parent and the
+new one) reaches its roots by climbing its relations, one lookup per relation for all the
+batch's rows of that level (`RowSource.joined`), never one per row. Rows whose join values did
+not change climb through the state as it is now; rows whose join values changed are themselves
+in the batch, with their old values. Matching on a relation's first join column may select a
+few roots too many (composite joins): re-rendering a document that did not change is harmless.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from cdc_sync.core.model import TableId
+from cdc_sync.documents.rows import Row, RowSource, values_of
+from cdc_sync.documents.state import Changed
+from cdc_sync.relations import DocumentSpec, Level, Relation
+
+
+def affected_roots(
+    spec: DocumentSpec, changed: Mapping[TableId, Changed], source: RowSource
+) -> set[str]:
+    """The doc ids of `spec`'s roots whose documents the changes may have changed."""
+    up: dict[int, tuple[Relation, Level]] = {}
+    roots: set[str] = set()
+    for level, via, parent in spec.walk():
+        if via is not None and parent is not None:
+            up[id(level)] = (via, parent)
+        found = changed.get(level.table)
+        if found is not None:
+            if level is spec:
+                roots |= found.ids
+            else:
+                roots |= _climb(level, found.rows(), up, source)
+        if via is not None and parent is not None and via.through is not None:
+            joins = changed.get(via.through.table)
+            if joins is not None:
+                parents = _through_parents(via, parent.table, joins.rows(), source)
+                roots |= _climb(parent, parents, up, source)
+    return roots
+
+
+def _climb(
+    level: Level, rows: Sequence[Row], up: Mapping[int, tuple[Relation, Level]], source: RowSource
+) -> set[str]:
+    while rows and id(level) in up:
+        via, parent = up[id(level)]
+        rows = _parents(via, parent.table, rows, source)
+        level = parent
+    return {row.id for row in rows}
+
+
+def _parents(
+    via: Relation, parent: TableId, children: Sequence[Row], source: RowSource
+) -> list[Row]:
+    """The rows of `parent` that `children` are nested in through `via`."""
+    join_column, child_column = via.on[0]
+    values = values_of(children, child_column)
+    if not values:
+        return []
+    if via.through is None:
+        return source.joined(parent, join_column, values)
+    joins = source.joined(via.through.table, join_column, values)
+    return _through_parents(via, parent, joins, source)
+
+
+def _through_parents(
+    via: Relation, parent: TableId, joins: Sequence[Row], source: RowSource
+) -> list[Row]:
+    assert via.through is not None
+    parent_column, join_column = via.through.on[0]
+    values = values_of(joins, join_column)
+    return source.joined(parent, parent_column, values) if values else []

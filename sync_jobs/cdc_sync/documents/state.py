@@ -1,0 +1,299 @@
+"""The documents' state: every row of every document table, kept by the job from the log.
+
+A SQLite file beside the checkpoint (`<checkpoint>/documents/state.sqlite`): one row per key of
+each document table (its JSON, version; a delete keeps its version so a stale change cannot bring
+the row back), the join values of the columns relations join on (indexed: finding a parent's
+children or a child's parents is one indexed lookup per relation), the roots a batch still has to
+render (`pending`, written in the batch's transaction, cleared once the search server holds
+them: a crash in between renders them again) and the version documents are written at.
+
+It is as big as the document tables' rows in JSON plus one index entry per join column and row.
+It belongs to the checkpoint: a new checkpoint reads the topics from the start and rebuilds it;
+deleting it alone leaves documents stale until their rows change again (delete both, or
+re-snapshot the tables: `cdc-sync connectors snapshot`).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cdc_sync.core.model import TableId
+from cdc_sync.documents.rows import Row, dumps, json_object, row_links
+from cdc_sync.relations import DocumentSpec
+
+# Values per IN (...) list: under SQLite's variable limit, and a bounded statement.
+_CHUNK = 500
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS rows (
+    tbl TEXT NOT NULL, id TEXT NOT NULL, version INTEGER NOT NULL,
+    key TEXT NOT NULL, doc TEXT,  -- doc NULL: deleted at `version`
+    PRIMARY KEY (tbl, id)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS links (
+    tbl TEXT NOT NULL, col TEXT NOT NULL, val TEXT NOT NULL, id TEXT NOT NULL,
+    PRIMARY KEY (tbl, col, val, id)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS matching (doc TEXT NOT NULL, id TEXT NOT NULL,
+    PRIMARY KEY (doc, id)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS pending (doc TEXT NOT NULL, id TEXT NOT NULL,
+    PRIMARY KEY (doc, id)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One key's change, as the state takes it: `doc` None for a delete; `unavailable`: columns
+    the change lacks (unchanged TOAST values the fill could not read), kept from the state."""
+
+    id: str
+    key: tuple[object, ...]
+    version: int
+    doc: Mapping[str, object] | None
+    unavailable: frozenset[str] = frozenset()
+    unversioned: bool = False  # a delete known only from a tombstone: removes any version
+
+
+@dataclass
+class Changed:
+    """What a merge changed in one table: the rows before and after, and every key it applied."""
+
+    before: list[Row] = field(default_factory=list)
+    after: list[Row] = field(default_factory=list)
+    ids: set[str] = field(default_factory=set)
+
+    def rows(self) -> list[Row]:
+        return [*self.before, *self.after]
+
+    def add(self, other: Changed) -> None:
+        self.before += other.before
+        self.after += other.after
+        self.ids |= other.ids
+
+
+def join_columns(specs: Iterable[DocumentSpec]) -> dict[TableId, frozenset[str]]:
+    """Per table, the columns any relation joins on (both sides): they are indexed."""
+    found: dict[TableId, set[str]] = {}
+    for spec in specs:
+        for _, via, parent in spec.walk():
+            if via is None or parent is None:
+                continue
+            if via.through is None:
+                found.setdefault(parent.table, set()).update(p for p, _ in via.on)
+                found.setdefault(via.table, set()).update(c for _, c in via.on)
+            else:
+                found.setdefault(parent.table, set()).update(p for p, _ in via.through.on)
+                joined = found.setdefault(via.through.table, set())
+                joined.update(c for _, c in via.through.on)
+                joined.update(p for p, _ in via.on)
+                found.setdefault(via.table, set()).update(c for _, c in via.on)
+    return {table: frozenset(columns) for table, columns in found.items()}
+
+
+class DocumentState:
+    def __init__(self, path: Path, specs: Iterable[DocumentSpec]) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self.conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        self.conn.execute("PRAGMA journal_mode=WAL")
+        self.conn.execute("PRAGMA synchronous=NORMAL")
+        self.conn.executescript(_SCHEMA)
+        self.columns = join_columns(specs)
+        with self.transaction():
+            self._reindex_changed_columns()
+
+    def close(self) -> None:
+        self.conn.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        self.conn.execute("COMMIT")
+
+    # -- reads (RowSource) --------------------------------------------------------------------
+
+    def rows(self, table: TableId, ids: Sequence[str]) -> list[Row]:
+        found: list[Row] = []
+        for part in _chunks(sorted(set(ids))):
+            marks = ",".join("?" * len(part))
+            found += self._rows(
+                f"SELECT id, key, doc FROM rows WHERE tbl = ? AND doc IS NOT NULL "
+                f"AND id IN ({marks})",
+                [str(table), *part],
+            )
+        return found
+
+    def joined(self, table: TableId, column: str, values: Iterable[str]) -> list[Row]:
+        found: list[Row] = []
+        for part in _chunks(sorted(set(values))):
+            marks = ",".join("?" * len(part))
+            found += self._rows(
+                "SELECT DISTINCT r.id, r.key, r.doc FROM links l JOIN rows r "
+                "ON r.tbl = l.tbl AND r.id = l.id "
+                f"WHERE l.tbl = ? AND l.col = ? AND l.val IN ({marks}) AND r.doc IS NOT NULL",
+                [str(table), column, *part],
+            )
+        return found
+
+    def all_ids(self, table: TableId) -> Iterator[str]:
+        """The doc ids of the table's present rows, in order (a rebuild's roots)."""
+        cursor = self.conn.execute(
+            "SELECT id FROM rows WHERE tbl = ? AND doc IS NOT NULL ORDER BY id", [str(table)]
+        )
+        for (ident,) in cursor:
+            yield ident
+
+    def _rows(self, query: str, params: Sequence[object]) -> list[Row]:
+        return [
+            Row(ident, tuple(json.loads(key)), json_object(doc))
+            for ident, key, doc in self.conn.execute(query, params)
+        ]
+
+    # -- writes (inside `transaction`) ----------------------------------------------------------
+
+    def merge(self, table: TableId, entries: Sequence[Entry]) -> Changed:
+        """Apply each entry unless the state holds a newer version of its key (fenced: equal
+        versions apply, so a re-run batch is harmless): what changed, before and after."""
+        name = str(table)
+        stored = self._stored(name, [e.id for e in entries])
+        changed = Changed()
+        for entry in entries:
+            held = stored.get(entry.id)
+            if held is not None and not entry.unversioned and held[0] > entry.version:
+                continue  # the state is newer: this change is stale
+            changed.ids.add(entry.id)
+            old = held[1] if held is not None else None
+            if old is not None:
+                changed.before.append(old)
+            doc = entry.doc
+            if doc is not None and entry.unavailable and old is not None:
+                doc = {**doc, **{c: old.doc[c] for c in entry.unavailable if c in old.doc}}
+            version = entry.version if not entry.unversioned else (held[0] if held else -1)
+            self.conn.execute(
+                "INSERT OR REPLACE INTO rows VALUES (?, ?, ?, ?, ?)",
+                [
+                    name,
+                    entry.id,
+                    version,
+                    dumps(list(entry.key)),
+                    None if doc is None else dumps(doc),
+                ],
+            )
+            self.conn.execute("DELETE FROM links WHERE tbl = ? AND id = ?", [name, entry.id])
+            if doc is not None:
+                row = Row(entry.id, entry.key, doc)
+                self._link(name, row)
+                changed.after.append(row)
+        return changed
+
+    def truncate(self, table: TableId, version: int) -> Changed:
+        """Every row of `table` older than a TRUNCATE at `version` is gone (deleted at the
+        version just below it, as the sinks do: sinks.truncates)."""
+        name = str(table)
+        removed = self._rows(
+            "SELECT id, key, doc FROM rows WHERE tbl = ? AND doc IS NOT NULL AND version < ?",
+            [name, version],
+        )
+        for row in removed:
+            self.conn.execute(
+                "UPDATE rows SET doc = NULL, version = ? WHERE tbl = ? AND id = ?",
+                [version - 1, name, row.id],
+            )
+            self.conn.execute("DELETE FROM links WHERE tbl = ? AND id = ?", [name, row.id])
+        return Changed(removed, [], {row.id for row in removed})
+
+    def set_matching(self, doc: str, matching: Iterable[str], not_matching: Iterable[str]) -> None:
+        """A filtered document's roots: which match its filter now."""
+        self.conn.executemany(
+            "DELETE FROM matching WHERE doc = ? AND id = ?", _pairs(doc, not_matching)
+        )
+        self.conn.executemany("INSERT OR IGNORE INTO matching VALUES (?, ?)", _pairs(doc, matching))
+
+    def matching(self, doc: str, ids: Sequence[str]) -> set[str]:
+        found: set[str] = set()
+        for part in _chunks(sorted(set(ids))):
+            marks = ",".join("?" * len(part))
+            query = f"SELECT id FROM matching WHERE doc = ? AND id IN ({marks})"
+            found.update(i for (i,) in self.conn.execute(query, [doc, *part]))
+        return found
+
+    def add_pending(self, doc: str, ids: Iterable[str]) -> None:
+        self.conn.executemany("INSERT OR IGNORE INTO pending VALUES (?, ?)", _pairs(doc, ids))
+
+    def pending(self, doc: str, limit: int) -> Iterator[list[str]]:
+        """The roots still to render, in chunks of `limit`, in id order."""
+        last = ""
+        while True:
+            query = "SELECT id FROM pending WHERE doc = ? AND id > ? ORDER BY id LIMIT ?"
+            chunk = [i for (i,) in self.conn.execute(query, [doc, last, limit])]
+            if not chunk:
+                return
+            yield chunk
+            last = chunk[-1]
+
+    def rendered(self, doc: str) -> None:
+        """Every pending root of `doc` is in the search server now."""
+        with self.transaction():
+            self.conn.execute("DELETE FROM pending WHERE doc = ?", [doc])
+
+    def version(self) -> int:
+        """The version documents are written at: the highest applied so far (never lower)."""
+        found = self.conn.execute("SELECT value FROM meta WHERE name = 'version'").fetchone()
+        return int(found[0]) if found else 0
+
+    def raise_version(self, version: int) -> int:
+        current = max(self.version(), version)
+        self.conn.execute("INSERT OR REPLACE INTO meta VALUES ('version', ?)", [str(current)])
+        return current
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _stored(self, name: str, ids: Sequence[str]) -> dict[str, tuple[int, Row | None]]:
+        found: dict[str, tuple[int, Row | None]] = {}
+        for part in _chunks(sorted(set(ids))):
+            marks = ",".join("?" * len(part))
+            query = f"SELECT id, version, key, doc FROM rows WHERE tbl = ? AND id IN ({marks})"
+            for ident, version, key, doc in self.conn.execute(query, [name, *part]):
+                row = Row(ident, tuple(json.loads(key)), json_object(doc)) if doc else None
+                found[ident] = (version, row)
+        return found
+
+    def _link(self, name: str, row: Row) -> None:
+        columns = self.columns.get(TableId.parse(name), frozenset())
+        self.conn.executemany(
+            "INSERT OR IGNORE INTO links VALUES (?, ?, ?, ?)",
+            [(name, column, value, row.id) for column, value in row_links(row, sorted(columns))],
+        )
+
+    def _reindex_changed_columns(self) -> None:
+        """A mapping that joins on other columns than the state was indexed for: index them."""
+        wanted = {str(t): sorted(c) for t, c in self.columns.items()}
+        found = self.conn.execute("SELECT value FROM meta WHERE name = 'links'").fetchone()
+        indexed = json.loads(found[0]) if found else {}
+        for name, columns in wanted.items():
+            if indexed.get(name) == columns:
+                continue
+            self.conn.execute("DELETE FROM links WHERE tbl = ?", [name])
+            for row in self._rows(
+                "SELECT id, key, doc FROM rows WHERE tbl = ? AND doc IS NOT NULL", [name]
+            ):
+                self._link(name, row)
+        self.conn.execute("INSERT OR REPLACE INTO meta VALUES ('links', ?)", [json.dumps(wanted)])
+
+
+def _chunks(values: Sequence[str]) -> Iterator[Sequence[str]]:
+    for start in range(0, len(values), _CHUNK):
+        yield values[start : start + _CHUNK]
+
+
+def _pairs(doc: str, ids: Iterable[str]) -> list[tuple[str, str]]:
+    return [(doc, ident) for ident in ids]

@@ -1,0 +1,198 @@
+"""Keeping document indices current from the log: the driver's step after each batch's writes.
+
+Per batch, in one state transaction: each TRUNCATE of a document table and each of the batch's
+changes to them (full rows, filled) are merged into the state, and the roots they touch
+(`fanout`) are marked pending. Then each document's pending roots are rendered from the state in
+chunks of `chunk` roots (`render`: one lookup per relation and chunk) and written to the search
+server with one bulk request per chunk, all at the documents' version: the highest change version
+applied so far, so a later render (from a newer state) always overwrites an earlier one and
+never the reverse (`external_gte`). The source database serves none of it.
+
+Memory: a chunk's roots with their nested rows, plus the batch's changed rows and the ids of the
+roots they reach (the pending roots themselves wait in the state, not in memory).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from cdc_sync.core.model import Change, Coordinates, Op, TableId, Truncate
+from cdc_sync.documents.fanout import affected_roots
+from cdc_sync.documents.render import render
+from cdc_sync.documents.state import Changed, DocumentState, Entry
+from cdc_sync.documents.target import document_route
+from cdc_sync.mapping import MappingFile, TableRoute
+from cdc_sync.relations import DocumentSpec
+from cdc_sync.schema import RowSchema
+from cdc_sync.shape.changes import row_batch
+from cdc_sync.shape.engine import evaluate, predicate
+from cdc_sync.sinks.base import WriteResult
+from cdc_sync.sinks.documents import json_document
+from cdc_sync.sinks.search.actions import BulkAction
+
+log = logging.getLogger(__name__)
+
+STATE_FILE = "documents/state.sqlite"
+# The key of a table's full, filled changes among a write's deferred changes (job.table_writes).
+DOCUMENTS_DEFERRED = "documents"
+CHUNK = 1000  # roots rendered and written per bulk request
+
+
+class DocumentWriter(Protocol):
+    """Where documents go: the search sink (`SearchSink`)."""
+
+    def ensure_target(self, route: TableRoute, schema: RowSchema | None) -> None: ...
+
+    def write_documents(self, alias: str, actions: Sequence[BulkAction]) -> WriteResult: ...
+
+
+@dataclass
+class DocumentResult:
+    """What one batch did to the document indices."""
+
+    rendered: int = 0  # documents written (indexed or deleted)
+    writes: dict[str, WriteResult] = field(default_factory=dict)  # per document
+
+    def refused(self) -> dict[str, WriteResult]:
+        """The documents whose writes the search server refused some of."""
+        return {name: result for name, result in self.writes.items() if result.failures}
+
+
+class DocumentSync:
+    def __init__(
+        self,
+        mapping: MappingFile,
+        state_path: Path,
+        search: DocumentWriter,
+        chunk: int = CHUNK,
+    ) -> None:
+        self.mapping = mapping
+        self.specs = dict(mapping.documents)
+        self.state = DocumentState(state_path, self.specs.values())
+        self.search = search
+        self.chunk = chunk
+        self.routes: dict[str, TableRoute] = {}
+
+    @classmethod
+    def beside_checkpoint(
+        cls, mapping: MappingFile, checkpoint: Path, search: DocumentWriter
+    ) -> DocumentSync:
+        return cls(mapping, checkpoint / STATE_FILE, search)
+
+    def ensure_targets(self, schemas: Mapping[TableId, RowSchema]) -> None:
+        """Create each document index (its alias, its mapping typed from `schemas`)."""
+        for name, spec in self.specs.items():
+            policies = self.mapping.policies_for(spec.table)
+            route = self.routes[name] = document_route(spec, schemas, policies)
+            self.search.ensure_target(route, None)
+
+    def apply(
+        self, truncates: Sequence[Truncate], changes: Mapping[TableId, Sequence[Change]]
+    ) -> DocumentResult:
+        """The batch's TRUNCATEs (applied first: the batch's changes are newer) and its changes
+        (per document table: one per key, full rows, filled) into the state; then every pending
+        root rendered and written."""
+        wanted = {t for spec in self.specs.values() for t in spec.tables()}
+        truncates = [t for t in truncates if t.table in wanted]
+        changes = {t: list(found) for t, found in changes.items() if t in wanted and found}
+        if truncates or changes:
+            self._merge(truncates, changes)
+        return self._render_pending()
+
+    def close(self) -> None:
+        self.state.close()
+
+    def _merge(
+        self, truncates: Sequence[Truncate], changes: Mapping[TableId, Sequence[Change]]
+    ) -> None:
+        versions = [c.version for found in changes.values() for c in found]
+        versions += [t.version for t in truncates]
+        with self.state.transaction():
+            changed: dict[TableId, Changed] = {}
+            for truncate in truncates:
+                changed.setdefault(truncate.table, Changed()).add(
+                    self.state.truncate(truncate.table, truncate.version)
+                )
+            for table, found in sorted(changes.items()):
+                merged = self.state.merge(table, [_entry(c) for c in found])
+                changed.setdefault(table, Changed()).add(merged)
+            for name, spec in self.specs.items():
+                if spec.filter is not None and spec.table in changes:
+                    self._filter_roots(name, spec, changes[spec.table])
+                self.state.add_pending(name, affected_roots(spec, changed, self.state))
+            self.state.raise_version(max(versions, default=0))
+
+    def _filter_roots(self, name: str, spec: DocumentSpec, changes: Sequence[Change]) -> None:
+        """Which of the batch's root rows match the document's filter (SQL over the full row)."""
+        rows = [c for c in changes if c.row is not None]
+        schema = next((c.schema for c in reversed(rows) if c.schema is not None), None)
+        if schema is None or not rows or spec.filter is None:
+            return
+        path = f"{self.mapping.path}: documents.{name}.filter"
+        result = evaluate(
+            row_batch(schema, [c.row for c in rows if c.row is not None]),
+            {"matches": predicate([(path, spec.filter)])},
+        ).column("matches")
+        flags = result.to_pylist()
+        self.state.set_matching(
+            name,
+            [c.doc_id for c, ok in zip(rows, flags, strict=True) if ok],
+            [c.doc_id for c, ok in zip(rows, flags, strict=True) if not ok],
+        )
+
+    def _render_pending(self) -> DocumentResult:
+        result = DocumentResult()
+        version = self.state.version()
+        for name, spec in self.specs.items():
+            route = self.routes.get(name)
+            alias = route.search.index if route is not None and route.search else spec.index
+            for chunk in self.state.pending(name, self.chunk):
+                actions = self._actions(name, spec, chunk, version)
+                written = self.search.write_documents(alias, actions)
+                result.writes[name] = result.writes.get(name, WriteResult()).merge(written)
+                result.rendered += len(actions)
+            self.state.rendered(name)
+        return result
+
+    def _actions(
+        self, name: str, spec: DocumentSpec, ids: Sequence[str], version: int
+    ) -> list[BulkAction]:
+        rows = self.state.rows(spec.table, ids)
+        if spec.filter is not None:
+            kept = self.state.matching(name, [row.id for row in rows])
+            rows = [row for row in rows if row.id in kept]
+        documents = render(spec, rows, self.state)
+        where = Coordinates(f"documents:{name}", 0, 0)
+        return [_action(spec.table, where, ident, version, documents.get(ident)) for ident in ids]
+
+
+def _action(
+    table: TableId,
+    where: Coordinates,
+    ident: str,
+    version: int,
+    document: Mapping[str, Any] | None,
+) -> BulkAction:
+    if document is None:
+        change = Change(table, (("_id", ident),), Op.DELETE, version, None, where)
+        return BulkAction(change, "delete", ident, version, None)
+    change = Change(table, (("_id", ident),), Op.CREATE, version, document, where)
+    return BulkAction(change, "index", ident, version, document)
+
+
+def _entry(change: Change) -> Entry:
+    """A change as the state keeps it: its row as the flat search index would hold it."""
+    key = json_document(dict(change.key), change.schema)
+    doc = None if change.row is None else json_document(change.row, change.schema)
+    return Entry(
+        id=change.doc_id,
+        key=tuple(key[name] for name, _ in change.key),
+        version=change.version,
+        doc=doc,
+        unavailable=change.unavailable_columns,
+        unversioned=change.is_unversioned,
+    )

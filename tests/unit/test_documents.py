@@ -1,0 +1,379 @@
+"""Document indices kept from the log (cdc_sync.documents): after any sequence of changes to any
+table of a three-level document with a many-to-many, cut into batches of any size, replayed,
+every document equals the one rendered from the tables' final rows."""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from cdc_sync.core.errors import ConfigError
+from cdc_sync.core.model import Change, Coordinates, Op, TableId, Truncate, document_id
+from cdc_sync.core.types import Column, ColumnType, RowSchema, TypeKind
+from cdc_sync.documents.render import render
+from cdc_sync.documents.rows import Row, link_value
+from cdc_sync.documents.sync import DocumentSync
+from cdc_sync.mapping import MappingFile, TableRoute, load_mapping
+from cdc_sync.relations import DocumentSpec, Kind, NestedType
+from cdc_sync.sinks.base import WriteResult
+from cdc_sync.sinks.search.actions import BulkAction
+
+pytestmark = pytest.mark.unit
+
+MAPPING = """
+version: 1
+source: {topic_prefix: t}
+tables:
+  s.orders:
+    search: {index: flat_orders}
+documents:
+  orders:
+    index: order_docs
+    root: s.orders
+    filter: "status <> 'void'"
+    relations:
+      customer: {table: s.customers, kind: one, join: {customer_id: id}}
+      lines:
+        table: s.lines
+        join: {id: order_id}
+        columns: [line_no, product_id, qty]
+        rename: {qty: quantity}
+        type: nested
+        relations:
+          product:
+            table: s.products
+            kind: one
+            join: {product_id: id}
+            relations:
+              tags:
+                table: s.tags
+                through: {table: s.product_tags, join: {id: product_id}}
+                join: {tag_id: id}
+"""
+
+INT = ColumnType(TypeKind.INT64)
+TEXT = ColumnType(TypeKind.STRING)
+COLUMNS = {
+    "customers": (("id", INT), ("name", TEXT)),
+    "orders": (("id", INT), ("customer_id", INT), ("status", TEXT)),
+    "lines": (("order_id", INT), ("line_no", INT), ("product_id", INT), ("qty", INT)),
+    "products": (("id", INT), ("name", TEXT)),
+    "tags": (("id", INT), ("label", TEXT)),
+    "product_tags": (("product_id", INT), ("tag_id", INT)),
+}
+KEYS = {
+    "customers": ("id",),
+    "orders": ("id",),
+    "lines": ("order_id", "line_no"),
+    "products": ("id",),
+    "tags": ("id",),
+    "product_tags": ("product_id", "tag_id"),
+}
+SCHEMAS = {
+    name: RowSchema(tuple(Column(c, t) for c, t in columns)) for name, columns in COLUMNS.items()
+}
+
+
+def load(tmp_path: Path, text: str = MAPPING) -> MappingFile:
+    path = tmp_path / "m.yaml"
+    path.write_text(textwrap.dedent(text))
+    return load_mapping(path)
+
+
+class MemoryIndex:
+    """A search index's versioning (`external_gte`), in memory: what the writer would hold."""
+
+    def __init__(self) -> None:
+        self.docs: dict[str, dict[str, Any]] = {}
+        self.versions: dict[str, int] = {}
+        self.routes: list[TableRoute] = []
+
+    def ensure_target(self, route: TableRoute, schema: RowSchema | None) -> None:
+        self.routes.append(route)
+
+    def write_documents(self, alias: str, actions: Sequence[BulkAction]) -> WriteResult:
+        result = WriteResult()
+        for action in actions:
+            if self.versions.get(action.doc_id, -1) > action.version:
+                result = result.merge(WriteResult(fenced=1))
+                continue
+            self.versions[action.doc_id] = action.version
+            if action.document is None:
+                self.docs.pop(action.doc_id, None)
+            else:
+                self.docs[action.doc_id] = dict(action.document)
+            result = result.merge(WriteResult(applied=1))
+        return result
+
+
+class Tables:
+    """The source tables' rows, and a RowSource over them (what verify reads from Postgres)."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, dict[tuple[Any, ...], dict[str, Any]]] = {n: {} for n in COLUMNS}
+
+    def _row(self, table: str, row: dict[str, Any]) -> Row:
+        key = tuple((k, row[k]) for k in KEYS[table])
+        return Row(document_id(key), tuple(v for _, v in key), row)
+
+    def rows(self, table: TableId, ids: Sequence[str]) -> list[Row]:
+        found = [self._row(table.table, r) for r in self.rows[table.table].values()]
+        return [r for r in found if r.id in set(ids)]
+
+    def joined(self, table: TableId, column: str, values: Iterable[str]) -> list[Row]:
+        wanted = set(values)
+        return [
+            self._row(table.table, r)
+            for r in self.rows[table.table].values()
+            if link_value(r.get(column)) in wanted
+        ]
+
+    def expected(self, spec: DocumentSpec) -> dict[str, dict[str, Any]]:
+        roots = [
+            self._row("orders", r) for r in self.rows["orders"].values() if r["status"] != "void"
+        ]
+        return render(spec, roots, self)
+
+
+small = st.integers(1, 4)
+OPERATIONS = st.one_of(
+    st.tuples(
+        st.just("customers"), st.fixed_dictionaries({"id": small, "name": st.sampled_from("ab")})
+    ),
+    st.tuples(
+        st.just("orders"),
+        st.fixed_dictionaries(
+            {"id": small, "customer_id": small, "status": st.sampled_from(["new", "void", "paid"])}
+        ),
+    ),
+    st.tuples(
+        st.just("lines"),
+        st.fixed_dictionaries(
+            {"order_id": small, "line_no": st.integers(1, 2), "product_id": small, "qty": small}
+        ),
+    ),
+    st.tuples(
+        st.just("products"), st.fixed_dictionaries({"id": small, "name": st.sampled_from("xy")})
+    ),
+    st.tuples(
+        st.just("tags"), st.fixed_dictionaries({"id": small, "label": st.sampled_from("pq")})
+    ),
+    st.tuples(
+        st.just("product_tags"), st.fixed_dictionaries({"product_id": small, "tag_id": small})
+    ),
+)
+STEPS = st.lists(st.tuples(OPERATIONS, st.booleans()), min_size=1, max_size=40)
+
+
+def change(table: str, row: dict[str, Any], delete: bool, version: int) -> Change:
+    key = tuple((k, row[k]) for k in KEYS[table])
+    return Change(
+        TableId("s", table),
+        key,
+        Op.DELETE if delete else Op.UPDATE,
+        version,
+        None if delete else dict(row),
+        Coordinates(f"t.s.{table}", 0, version),
+        schema=SCHEMAS[table],
+    )
+
+
+def folded(changes: Sequence[Change]) -> dict[TableId, list[Change]]:
+    """Newest change per key, per table (the job's fold)."""
+    newest: dict[tuple[TableId, str], Change] = {}
+    for c in changes:
+        newest[(c.table, c.doc_id)] = c
+    by_table: dict[TableId, list[Change]] = {}
+    for (table, _), c in newest.items():
+        by_table.setdefault(table, []).append(c)
+    return by_table
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(steps=STEPS, cut=st.integers(1, 7), replay=st.booleans(), chunk=st.integers(1, 3))
+def test_documents_equal_the_join_of_the_final_rows(
+    tmp_path_factory: pytest.TempPathFactory,
+    steps: list[tuple[tuple[str, dict[str, Any]], bool]],
+    cut: int,
+    replay: bool,
+    chunk: int,
+) -> None:
+    directory = tmp_path_factory.mktemp("docs")
+    mapping = load(directory)
+    index = MemoryIndex()
+    sync = DocumentSync(mapping, directory / "state.sqlite", index, chunk=chunk)
+    tables = Tables()
+    log = []
+    for version, ((table, row), delete) in enumerate(steps, start=1):
+        key = tuple(row[k] for k in KEYS[table])
+        if delete:
+            tables.rows[table].pop(key, None)
+        else:
+            tables.rows[table][key] = dict(row)
+        log.append(change(table, row, delete, version * 10))
+    for start in range(0, len(log), cut):
+        batch = folded(log[start : start + cut])
+        sync.apply([], batch)
+        if replay:  # the batch re-run after a crash: harmless
+            sync.apply([], batch)
+    spec = mapping.documents["orders"]
+    assert index.docs == tables.expected(spec)
+    sync.close()
+
+
+def test_a_truncate_of_a_nested_table_empties_it_in_every_document(tmp_path: Path) -> None:
+    mapping = load(tmp_path)
+    index = MemoryIndex()
+    sync = DocumentSync(mapping, tmp_path / "state.sqlite", index)
+    sync.apply(
+        [],
+        folded(
+            [
+                change("orders", {"id": 1, "customer_id": 1, "status": "new"}, False, 10),
+                change(
+                    "lines", {"order_id": 1, "line_no": 1, "product_id": 2, "qty": 3}, False, 10
+                ),
+                change("products", {"id": 2, "name": "x"}, False, 10),
+            ]
+        ),
+    )
+    assert index.docs["1"]["lines"][0]["product"] == {"id": 2, "name": "x", "tags": []}
+    truncate = Truncate(TableId("s", "lines"), 20, Coordinates("t.s.lines", 0, 5))
+    sync.apply([truncate], {})
+    assert index.docs["1"]["lines"] == []
+    assert index.versions["1"] == 20
+
+
+def test_a_filtered_root_leaves_and_comes_back_whole(tmp_path: Path) -> None:
+    mapping = load(tmp_path)
+    index = MemoryIndex()
+    sync = DocumentSync(mapping, tmp_path / "state.sqlite", index)
+    line = {"order_id": 1, "line_no": 1, "product_id": 2, "qty": 3}
+    sync.apply(
+        [],
+        folded(
+            [
+                change("orders", {"id": 1, "customer_id": 1, "status": "new"}, False, 10),
+                change("lines", line, False, 10),
+            ]
+        ),
+    )
+    assert "1" in index.docs
+    sync.apply(
+        [], folded([change("orders", {"id": 1, "customer_id": 1, "status": "void"}, False, 20)])
+    )
+    assert "1" not in index.docs
+    sync.apply(
+        [], folded([change("orders", {"id": 1, "customer_id": 1, "status": "paid"}, False, 30)])
+    )
+    assert index.docs["1"]["lines"] == [
+        {"line_no": 1, "product_id": 2, "quantity": 3, "product": None}
+    ]
+
+
+def test_a_stale_change_does_not_overwrite_the_state(tmp_path: Path) -> None:
+    mapping = load(tmp_path)
+    index = MemoryIndex()
+    sync = DocumentSync(mapping, tmp_path / "state.sqlite", index)
+    sync.apply([], folded([change("customers", {"id": 1, "name": "b"}, False, 20)]))
+    sync.apply(
+        [], folded([change("orders", {"id": 1, "customer_id": 1, "status": "new"}, False, 30)])
+    )
+    sync.apply([], folded([change("customers", {"id": 1, "name": "a"}, False, 10)]))  # replayed
+    assert index.docs["1"]["customer"] == {"id": 1, "name": "b"}
+
+
+def test_the_documents_survive_a_restart_with_pending_roots(tmp_path: Path) -> None:
+    """A crash between the state's commit and the search write: the roots stay pending."""
+    mapping = load(tmp_path)
+
+    class Failing(MemoryIndex):
+        def write_documents(self, alias: str, actions: Sequence[BulkAction]) -> WriteResult:
+            raise ConnectionError("search server gone")
+
+    line = {"order_id": 1, "line_no": 1, "product_id": 2, "qty": 3}
+    first = DocumentSync(mapping, tmp_path / "state.sqlite", MemoryIndex())
+    first.apply(
+        [],
+        folded(
+            [
+                change("orders", {"id": 1, "customer_id": 1, "status": "new"}, False, 10),
+                change("orders", {"id": 2, "customer_id": 1, "status": "new"}, False, 10),
+                change("lines", line, False, 10),
+            ]
+        ),
+    )
+    first.close()
+    moved = dict(line, order_id=2)
+    failing = DocumentSync(mapping, tmp_path / "state.sqlite", Failing())
+    batch = folded([change("lines", line, True, 20), change("lines", moved, False, 20)])
+    with pytest.raises(ConnectionError):
+        failing.apply([], batch)
+    failing.close()
+    index = MemoryIndex()
+    again = DocumentSync(mapping, tmp_path / "state.sqlite", index)
+    again.apply([], batch)  # the replay: the state already moved the line
+    assert index.docs["1"]["lines"] == []
+    assert [line["line_no"] for line in index.docs["2"]["lines"]] == [1]
+
+
+def test_the_spec_parses_levels_relations_and_types(tmp_path: Path) -> None:
+    spec = load(tmp_path).documents["orders"]
+    assert spec.index == "order_docs" and spec.table == TableId("s", "orders")
+    lines = spec.relations[1]
+    assert (lines.kind, lines.nested_type, lines.on) == (
+        Kind.MANY,
+        NestedType.NESTED,
+        (("id", "order_id"),),
+    )
+    tags = lines.relations[0].relations[0]
+    assert tags.through is not None and tags.through.table == TableId("s", "product_tags")
+    assert spec.tables() == {TableId("s", t) for t in COLUMNS}
+
+
+def test_document_tables_without_a_section_are_routed_to_no_sink(tmp_path: Path) -> None:
+    mapping = load(tmp_path)
+    lines = mapping.tables[TableId("s", "lines")]
+    assert lines.documents and lines.sinks() == ()
+    assert mapping.tables[TableId("s", "orders")].search is not None
+    assert "t.s.product_tags" in mapping.topics()
+
+
+@pytest.mark.parametrize(
+    ("edit", "path"),
+    [
+        (
+            "    relations:\n      customer: {table: s.customers, kind: one}\n",
+            "documents.orders.relations.customer.join",
+        ),
+        (
+            "    relations:\n      customer: {table: s.customers, kind: sometimes, join: {a: b}}\n",
+            "documents.orders.relations.customer.kind",
+        ),
+        (
+            "    relations:\n      t: {table: s.tags, kind: one, join: {a: b}, through: {table: s.x, join: {a: b}}}\n",
+            "documents.orders.relations.t.kind",
+        ),
+        (
+            "    relations:\n      status: {table: s.tags, join: {a: b}}\n    columns: [status]\n",
+            "documents.orders.relations",
+        ),
+        ("    colour: red\n", "documents.orders.colour"),
+    ],
+)
+def test_a_bad_document_spec_names_the_field(tmp_path: Path, edit: str, path: str) -> None:
+    text = (
+        "version: 1\nsource: {topic_prefix: t}\ntables: {}\ndocuments:\n  orders:\n    root: s.orders\n"
+        + edit
+    )
+    with pytest.raises(ConfigError) as error:
+        load(tmp_path, text)
+    assert error.value.path == path
