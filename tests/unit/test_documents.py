@@ -116,27 +116,27 @@ class Tables:
     """The source tables' rows, and a RowSource over them (what verify reads from Postgres)."""
 
     def __init__(self) -> None:
-        self.rows: dict[str, dict[tuple[Any, ...], dict[str, Any]]] = {n: {} for n in COLUMNS}
+        self.data: dict[str, dict[tuple[Any, ...], dict[str, Any]]] = {n: {} for n in COLUMNS}
 
     def _row(self, table: str, row: dict[str, Any]) -> Row:
         key = tuple((k, row[k]) for k in KEYS[table])
         return Row(document_id(key), tuple(v for _, v in key), row)
 
     def rows(self, table: TableId, ids: Sequence[str]) -> list[Row]:
-        found = [self._row(table.table, r) for r in self.rows[table.table].values()]
+        found = [self._row(table.table, r) for r in self.data[table.table].values()]
         return [r for r in found if r.id in set(ids)]
 
     def joined(self, table: TableId, column: str, values: Iterable[str]) -> list[Row]:
         wanted = set(values)
         return [
             self._row(table.table, r)
-            for r in self.rows[table.table].values()
+            for r in self.data[table.table].values()
             if link_value(r.get(column)) in wanted
         ]
 
     def expected(self, spec: DocumentSpec) -> dict[str, dict[str, Any]]:
         roots = [
-            self._row("orders", r) for r in self.rows["orders"].values() if r["status"] != "void"
+            self._row("orders", r) for r in self.data["orders"].values() if r["status"] != "void"
         ]
         return render(spec, roots, self)
 
@@ -215,9 +215,9 @@ def test_documents_equal_the_join_of_the_final_rows(
     for version, ((table, row), delete) in enumerate(steps, start=1):
         key = tuple(row[k] for k in KEYS[table])
         if delete:
-            tables.rows[table].pop(key, None)
+            tables.data[table].pop(key, None)
         else:
-            tables.rows[table][key] = dict(row)
+            tables.data[table][key] = dict(row)
         log.append(change(table, row, delete, version * 10))
     for start in range(0, len(log), cut):
         batch = folded(log[start : start + cut])
@@ -359,7 +359,8 @@ def test_document_tables_without_a_section_are_routed_to_no_sink(tmp_path: Path)
             "documents.orders.relations.customer.kind",
         ),
         (
-            "    relations:\n      t: {table: s.tags, kind: one, join: {a: b}, through: {table: s.x, join: {a: b}}}\n",
+            "    relations:\n      t: {table: s.tags, kind: one, join: {a: b},\n"
+            "          through: {table: s.x, join: {a: b}}}\n",
             "documents.orders.relations.t.kind",
         ),
         (
@@ -371,8 +372,8 @@ def test_document_tables_without_a_section_are_routed_to_no_sink(tmp_path: Path)
 )
 def test_a_bad_document_spec_names_the_field(tmp_path: Path, edit: str, path: str) -> None:
     text = (
-        "version: 1\nsource: {topic_prefix: t}\ntables: {}\ndocuments:\n  orders:\n    root: s.orders\n"
-        + edit
+        "version: 1\nsource: {topic_prefix: t}\ntables: {}\n"
+        "documents:\n  orders:\n    root: s.orders\n" + edit
     )
     with pytest.raises(ConfigError) as error:
         load(tmp_path, text)
