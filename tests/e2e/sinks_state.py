@@ -38,6 +38,10 @@ def all_sinks_state(mapping: MappingFile, connections: Connections) -> dict[str,
                 state[f"delta/{table}"] = sorted(
                     rows, key=lambda row: json.dumps(canonical_row(row), sort_keys=True)
                 )
+        for name, spec in mapping.documents.items():
+            # A document's version depends on where batches fell (documents.sync): sources only.
+            held = search_readback.documents(search, spec.index)
+            state[f"document/{name}"] = {ident: doc for ident, (_, doc) in held.items()}
     finally:
         client.close()
         search.close()
@@ -50,9 +54,10 @@ def clean_sinks(mapping: MappingFile, connections: Connections) -> None:
     client.flushdb()
     client.close()
     search_url = connections.require("search_url")
-    for route in mapping.tables.values():
-        if route.search is not None:
-            for name in (route.search.index, f"{route.search.index}_v1"):
-                request = urllib.request.Request(f"{search_url}/{name}", method="DELETE")
-                with contextlib.suppress(urllib.error.HTTPError):  # absent: nothing to clean
-                    urllib.request.urlopen(request, timeout=30).close()
+    aliases = [route.search.index for route in mapping.tables.values() if route.search]
+    aliases += [spec.index for spec in mapping.documents.values()]
+    for alias in aliases:
+        for name in (alias, f"{alias}_v1"):
+            request = urllib.request.Request(f"{search_url}/{name}", method="DELETE")
+            with contextlib.suppress(urllib.error.HTTPError):  # absent: nothing to clean
+                urllib.request.urlopen(request, timeout=30).close()

@@ -153,3 +153,44 @@ def test_the_job_start_check_names_the_field_and_binds_the_hash_secret(
         check_shapes(load_mapping(path), source, modes)
     assert unknown.value.path == "tables.shop.customers.cache.computed.n"
     assert "fullname" in unknown.value.message
+
+
+BAD_DOCUMENTS = """
+version: 1
+source: {topic_prefix: cdc}
+tables: {}
+documents:
+  orders:
+    root: shop.orders
+    columns: [id, colour]
+    filter: "no_such_column > 1"
+    relations:
+      status: {table: shop.customers, kind: one, join: {customer_id: id}}
+      customer: {table: shop.customers, kind: one, join: {customer_id: email}}
+      lines:
+        table: shop.order_lines
+        join: {id: order_no}
+        order_by: [position]
+        relations:
+          product: {table: shop.products, kind: one, join: {product_id: id}, columns: [sku, gone]}
+ignore: [shop.cdc_sync_signal, shop.cdc_sync_heartbeat]
+"""
+
+
+def test_document_specs_are_checked_against_the_catalog(database: str, tmp_path: Path) -> None:
+    bad = tmp_path / "documents.yaml"
+    bad.write_text(BAD_DOCUMENTS)
+    with psycopg.connect(database) as conn:
+        findings = [str(f) for f in validate_mapping(load_mapping(bad), conn, None)]
+    expected = [
+        "documents.orders.columns: no column 'colour' in shop.orders",
+        "documents.orders.filter: ",
+        "documents.orders.relations.customer.join: shop.orders.customer_id (int64) and "
+        "shop.customers.email (string) do not join",
+        "documents.orders.relations.lines.join: no column 'order_no' in shop.order_lines",
+        "documents.orders.relations.lines.order_by: no column 'position' in shop.order_lines",
+        "documents.orders.relations.lines.relations.product.columns: no column 'gone'",
+    ]
+    for text in expected:
+        assert any(f.startswith(str(bad)) and text in f for f in findings), (text, findings)
+    assert len(findings) == len(expected), findings

@@ -5,7 +5,7 @@ every document equals the one rendered from the tables' final rows."""
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +78,7 @@ KEYS = {
 SCHEMAS = {
     name: RowSchema(tuple(Column(c, t) for c, t in columns)) for name, columns in COLUMNS.items()
 }
+SCHEMAS_BY_TABLE = {TableId("s", name): schema for name, schema in SCHEMAS.items()}
 
 
 def load(tmp_path: Path, text: str = MAPPING) -> MappingFile:
@@ -87,27 +88,54 @@ def load(tmp_path: Path, text: str = MAPPING) -> MappingFile:
 
 
 class MemoryIndex:
-    """A search index's versioning (`external_gte`), in memory: what the writer would hold."""
+    """A search server's versioning (`external_gte`) and aliases, in memory."""
 
     def __init__(self) -> None:
-        self.docs: dict[str, dict[str, Any]] = {}
-        self.versions: dict[str, int] = {}
+        self.indices: dict[str, dict[str, tuple[int, Mapping[str, Any] | None]]] = {}
+        self.aliases: dict[str, str] = {}
         self.routes: list[TableRoute] = []
 
+    @property
+    def docs(self) -> dict[str, dict[str, Any]]:
+        """The documents behind the (only) alias."""
+        (index,) = self.aliases.values()
+        return {i: dict(doc) for i, (_, doc) in self.indices[index].items() if doc is not None}
+
+    @property
+    def versions(self) -> dict[str, int]:
+        (index,) = self.aliases.values()
+        return {i: version for i, (version, _) in self.indices[index].items()}
+
     def ensure_target(self, route: TableRoute, schema: RowSchema | None) -> None:
+        assert route.search is not None
         self.routes.append(route)
+        if route.search.index not in self.aliases:
+            self.aliases[route.search.index] = f"{route.search.index}_v1"
+            self.indices[f"{route.search.index}_v1"] = {}
+
+    def holds(self, alias: str) -> bool:
+        return alias in self.aliases
+
+    def next_generation(self, route: TableRoute) -> str:
+        assert route.search is not None
+        index = f"{route.search.index}_v{len(self.indices) + 1}"
+        self.indices[index] = {}
+        return index
+
+    def promote(self, alias: str, index: str) -> None:
+        old = self.aliases.get(alias)
+        self.aliases[alias] = index
+        if old is not None:
+            del self.indices[old]
 
     def write_documents(self, alias: str, actions: Sequence[BulkAction]) -> WriteResult:
+        held = self.indices[self.aliases.get(alias, alias)]
         result = WriteResult()
         for action in actions:
-            if self.versions.get(action.doc_id, -1) > action.version:
+            if held.get(action.doc_id, (-1, None))[0] > action.version:
                 result = result.merge(WriteResult(fenced=1))
                 continue
-            self.versions[action.doc_id] = action.version
-            if action.document is None:
-                self.docs.pop(action.doc_id, None)
-            else:
-                self.docs[action.doc_id] = dict(action.document)
+            held[action.doc_id] = (action.version, action.document)
             result = result.merge(WriteResult(applied=1))
         return result
 
@@ -210,6 +238,7 @@ def test_documents_equal_the_join_of_the_final_rows(
     mapping = load(directory)
     index = MemoryIndex()
     sync = DocumentSync(mapping, directory / "state.sqlite", index, chunk=chunk)
+    sync.ensure_targets(SCHEMAS_BY_TABLE)
     tables = Tables()
     log = []
     for version, ((table, row), delete) in enumerate(steps, start=1):
@@ -233,6 +262,7 @@ def test_a_truncate_of_a_nested_table_empties_it_in_every_document(tmp_path: Pat
     mapping = load(tmp_path)
     index = MemoryIndex()
     sync = DocumentSync(mapping, tmp_path / "state.sqlite", index)
+    sync.ensure_targets(SCHEMAS_BY_TABLE)
     sync.apply(
         [],
         folded(
@@ -256,6 +286,7 @@ def test_a_filtered_root_leaves_and_comes_back_whole(tmp_path: Path) -> None:
     mapping = load(tmp_path)
     index = MemoryIndex()
     sync = DocumentSync(mapping, tmp_path / "state.sqlite", index)
+    sync.ensure_targets(SCHEMAS_BY_TABLE)
     line = {"order_id": 1, "line_no": 1, "product_id": 2, "qty": 3}
     sync.apply(
         [],
@@ -283,6 +314,7 @@ def test_a_stale_change_does_not_overwrite_the_state(tmp_path: Path) -> None:
     mapping = load(tmp_path)
     index = MemoryIndex()
     sync = DocumentSync(mapping, tmp_path / "state.sqlite", index)
+    sync.ensure_targets(SCHEMAS_BY_TABLE)
     sync.apply([], folded([change("customers", {"id": 1, "name": "b"}, False, 20)]))
     sync.apply(
         [], folded([change("orders", {"id": 1, "customer_id": 1, "status": "new"}, False, 30)])
@@ -292,15 +324,22 @@ def test_a_stale_change_does_not_overwrite_the_state(tmp_path: Path) -> None:
 
 
 def test_the_documents_survive_a_restart_with_pending_roots(tmp_path: Path) -> None:
-    """A crash between the state's commit and the search write: the roots stay pending."""
+    """A crash between the state's commit and the search write: the roots stay pending, and the
+    re-run batch (whose line the state already moved) still re-renders the old parent."""
     mapping = load(tmp_path)
 
-    class Failing(MemoryIndex):
-        def write_documents(self, alias: str, actions: Sequence[BulkAction]) -> WriteResult:
-            raise ConnectionError("search server gone")
+    class Flaky(MemoryIndex):
+        down = False
 
+        def write_documents(self, alias: str, actions: Sequence[BulkAction]) -> WriteResult:
+            if self.down:
+                raise ConnectionError("search server gone")
+            return super().write_documents(alias, actions)
+
+    index = Flaky()
     line = {"order_id": 1, "line_no": 1, "product_id": 2, "qty": 3}
-    first = DocumentSync(mapping, tmp_path / "state.sqlite", MemoryIndex())
+    first = DocumentSync(mapping, tmp_path / "state.sqlite", index)
+    first.ensure_targets(SCHEMAS_BY_TABLE)
     first.apply(
         [],
         folded(
@@ -311,15 +350,15 @@ def test_the_documents_survive_a_restart_with_pending_roots(tmp_path: Path) -> N
             ]
         ),
     )
-    first.close()
     moved = dict(line, order_id=2)
-    failing = DocumentSync(mapping, tmp_path / "state.sqlite", Failing())
     batch = folded([change("lines", line, True, 20), change("lines", moved, False, 20)])
+    index.down = True
     with pytest.raises(ConnectionError):
-        failing.apply([], batch)
-    failing.close()
-    index = MemoryIndex()
+        first.apply([], batch)
+    first.close()
+    index.down = False
     again = DocumentSync(mapping, tmp_path / "state.sqlite", index)
+    again.ensure_targets(SCHEMAS_BY_TABLE)  # the index exists, the spec is the same: no build
     again.apply([], batch)  # the replay: the state already moved the line
     assert index.docs["1"]["lines"] == []
     assert [line["line_no"] for line in index.docs["2"]["lines"]] == [1]
@@ -378,3 +417,41 @@ def test_a_bad_document_spec_names_the_field(tmp_path: Path, edit: str, path: st
     with pytest.raises(ConfigError) as error:
         load(tmp_path, text)
     assert error.value.path == path
+
+
+def test_a_changed_spec_rebuilds_the_index_behind_its_alias(tmp_path: Path) -> None:
+    mapping = load(tmp_path)
+    index = MemoryIndex()
+    sync = DocumentSync(mapping, tmp_path / "state.sqlite", index)
+    sync.ensure_targets(SCHEMAS_BY_TABLE)
+    line = {"order_id": 1, "line_no": 1, "product_id": 2, "qty": 3}
+    sync.apply(
+        [],
+        folded(
+            [
+                change("orders", {"id": 1, "customer_id": 1, "status": "new"}, False, 10),
+                change("orders", {"id": 2, "customer_id": 1, "status": "void"}, False, 10),
+                change("lines", line, False, 10),
+            ]
+        ),
+    )
+    sync.close()
+    assert index.aliases == {"order_docs": "order_docs_v1"}
+    changed = load(tmp_path, MAPPING.replace("rename: {qty: quantity}", "rename: {qty: amount}"))
+    again = DocumentSync(changed, tmp_path / "state.sqlite", index)
+    again.ensure_targets(SCHEMAS_BY_TABLE)
+    assert index.aliases["order_docs"] != "order_docs_v1"
+    assert "order_docs_v1" not in index.indices
+    assert index.docs == {
+        "1": {
+            "id": 1,
+            "customer_id": 1,
+            "status": "new",
+            "customer": None,
+            "lines": [{"line_no": 1, "product_id": 2, "amount": 3, "product": None}],
+        }
+    }
+    promoted = index.aliases["order_docs"]
+    unchanged = DocumentSync(changed, tmp_path / "state.sqlite", index)
+    unchanged.ensure_targets(SCHEMAS_BY_TABLE)  # same spec: no rebuild
+    assert index.aliases["order_docs"] == promoted

@@ -247,13 +247,26 @@ class DocumentState:
 
     def version(self) -> int:
         """The version documents are written at: the highest applied so far (never lower)."""
-        found = self.conn.execute("SELECT value FROM meta WHERE name = 'version'").fetchone()
-        return int(found[0]) if found else 0
+        found = self.meta("version")
+        return int(found) if found else 0
 
     def raise_version(self, version: int) -> int:
         current = max(self.version(), version)
-        self.conn.execute("INSERT OR REPLACE INTO meta VALUES ('version', ?)", [str(current)])
+        self.set_meta("version", str(current))
         return current
+
+    def meta(self, name: str) -> str | None:
+        found = self.conn.execute("SELECT value FROM meta WHERE name = ?", [name]).fetchone()
+        return str(found[0]) if found else None
+
+    def set_meta(self, name: str, value: str) -> None:
+        self.conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", [name, value])
+
+    def count(self, table: TableId) -> int:
+        """The table's present rows."""
+        query = "SELECT count(*) FROM rows WHERE tbl = ? AND doc IS NOT NULL"
+        found = self.conn.execute(query, [str(table)]).fetchone()
+        return int(found[0]) if found else 0
 
     # -- internals --------------------------------------------------------------------------
 

@@ -14,12 +14,16 @@ roots they reach (the pending roots themselves wait in the state, not in memory)
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from cdc_sync.core.logs import CONSOLE
 from cdc_sync.core.model import Change, Coordinates, Op, TableId, Truncate
 from cdc_sync.documents.fanout import affected_roots
 from cdc_sync.documents.render import render
@@ -35,6 +39,7 @@ from cdc_sync.sinks.documents import json_document
 from cdc_sync.sinks.search.actions import BulkAction
 
 log = logging.getLogger(__name__)
+console = logging.getLogger(CONSOLE)
 
 STATE_FILE = "documents/state.sqlite"
 # The key of a table's full, filled changes among a write's deferred changes (job.table_writes).
@@ -46,6 +51,12 @@ class DocumentWriter(Protocol):
     """Where documents go: the search sink (`SearchSink`)."""
 
     def ensure_target(self, route: TableRoute, schema: RowSchema | None) -> None: ...
+
+    def holds(self, alias: str) -> bool: ...
+
+    def next_generation(self, route: TableRoute) -> str: ...
+
+    def promote(self, alias: str, index: str) -> None: ...
 
     def write_documents(self, alias: str, actions: Sequence[BulkAction]) -> WriteResult: ...
 
@@ -84,11 +95,51 @@ class DocumentSync:
         return cls(mapping, checkpoint / STATE_FILE, search)
 
     def ensure_targets(self, schemas: Mapping[TableId, RowSchema]) -> None:
-        """Create each document index (its alias, its mapping typed from `schemas`)."""
+        """Each document index, before the stream starts: created (its mapping typed from
+        `schemas`); built from the state when the state already holds its rows; rebuilt into a
+        new concrete index behind the alias when its spec changed since the state last wrote
+        it. A build renders every root from the state, then points the alias at it."""
         for name, spec in self.specs.items():
             policies = self.mapping.policies_for(spec.table)
             route = self.routes[name] = document_route(spec, schemas, policies)
-            self.search.ensure_target(route, None)
+            fingerprint = _fingerprint(spec, route)
+            key = f"fingerprint:{name}"
+            stale = self.state.meta(key) not in (None, fingerprint)
+            if self.state.count(spec.table) and (stale or not self.search.holds(spec.index)):
+                self._build(name, spec, route)
+            else:
+                self.search.ensure_target(route, None)
+            with self.state.transaction():
+                self.state.set_meta(key, fingerprint)
+
+    def _build(self, name: str, spec: DocumentSpec, route: TableRoute) -> None:
+        """Every root rendered from the state into a new concrete index, then the alias moved
+        to it: readers see the old documents until the new index is whole."""
+        index = self.search.next_generation(route)
+        total = self.state.count(spec.table)
+        started, done = time.monotonic(), 0
+        version = self.state.version()
+        for chunk in _chunked(self.state.all_ids(spec.table), self.chunk):
+            actions = self._actions(name, spec, chunk, version)
+            written = self.search.write_documents(index, [a for a in actions if a.op == "index"])
+            if written.failures:
+                first = written.failures[0]
+                raise RuntimeError(
+                    f"building {index}: the search server refused {len(written.failures)} "
+                    f"document(s) ({first.error_class}: {first.message})"
+                )
+            done += len(chunk)
+            console.info(
+                "documents %s: built %d/%d roots into %s (%.0f/s)",
+                name,
+                done,
+                total,
+                index,
+                done / max(time.monotonic() - started, 1e-6),
+            )
+        self.search.promote(spec.index, index)
+        with self.state.transaction():  # everything pending is in the new index now
+            self.state.conn.execute("DELETE FROM pending WHERE doc = ?", [name])
 
     def apply(
         self, truncates: Sequence[Truncate], changes: Mapping[TableId, Sequence[Change]]
@@ -168,6 +219,24 @@ class DocumentSync:
         documents = render(spec, rows, self.state)
         where = Coordinates(f"documents:{name}", 0, 0)
         return [_action(spec.table, where, ident, version, documents.get(ident)) for ident in ids]
+
+
+def _fingerprint(spec: DocumentSpec, route: TableRoute) -> str:
+    """What a document index's contents depend on: its spec and its index mapping."""
+    mapping = route.search.mapping if route.search is not None else {}
+    text = json.dumps([repr(spec), mapping], sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _chunked(ids: Iterator[str], size: int) -> Iterator[list[str]]:
+    chunk: list[str] = []
+    for ident in ids:
+        chunk.append(ident)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
 
 
 def _action(

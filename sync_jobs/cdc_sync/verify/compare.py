@@ -43,6 +43,7 @@ from cdc_sync.sinks.delta import readback as delta_readback
 from cdc_sync.sinks.redis import readback as cache_readback
 from cdc_sync.sinks.search import readback as search_readback
 from cdc_sync.sinks.search.backends import SearchBackend, open_backend
+from cdc_sync.verify.documents import expected_documents
 
 Rows = dict[str, dict[str, Any]]  # doc id -> canonical row
 _NUMERIC = re.compile(r"-?\d+(\.\d+)?")
@@ -307,6 +308,27 @@ def history_rows(warehouse: Path, route: TableRoute) -> tuple[Rows, list[str]]:
     return current, broken
 
 
+def document_comparison(
+    conn: psycopg.Connection[Any],
+    mapping: MappingFile,
+    name: str,
+    backend: SearchBackend,
+    modes: ConverterModes,
+) -> TableComparison:
+    """A document index against the documents Postgres's rows render to now."""
+    spec = mapping.documents[name]
+    where = f"{mapping.path}: documents.{name}.filter"
+    expected = {
+        ident: canonical_row(doc)
+        for ident, doc in expected_documents(conn, spec, modes, where).items()
+    }
+    held = search_readback.documents(backend, spec.index)
+    actual = {ident: canonical_row(source) for ident, (_, source) in held.items()}
+    return TableComparison(
+        spec.table, len(expected), [compare(f"document {name}", expected, actual)]
+    )
+
+
 def compare(sink: str, expected: Rows, actual: Rows) -> SinkComparison:
     result = SinkComparison(sink, len(actual))
     result.missing = sorted(set(expected) - set(actual))
@@ -356,6 +378,8 @@ def verify_all(
             for route in mapping.tables.values():
                 if tables is not None and route.table not in tables:
                     continue
+                if not route.sinks():
+                    continue  # only document indices hold its rows: checked with them below
                 expected = source_rows(conn, route)
                 key = primary_key(conn, route.table)
                 actual: list[tuple[str, Rows]] = []
@@ -380,6 +404,13 @@ def verify_all(
                     checked.different = sorted({*checked.different, *broken})
                     comparisons.append(checked)
                 report.append(TableComparison(route.table, len(expected), comparisons))
+            if "search" in wanted:
+                for name, spec in mapping.documents.items():
+                    if tables is None or spec.table in tables:
+                        backend = search or open_backend(
+                            connections.search_client, connections.require("search_url")
+                        )
+                        report.append(document_comparison(conn, mapping, name, backend, modes))
     finally:  # repeated verifies (repair, tests polling) must not leak connections
         if cache is not None:
             cache.close()

@@ -22,6 +22,7 @@ from cdc_sync.schema.catalog import ConverterModes, primary_key_columns, row_sch
 from cdc_sync.shape.checks import shape_problems
 from cdc_sync.sinks.search.backends import SearchBackend
 from cdc_sync.sinks.search.readback import field_types
+from cdc_sync.verify.document_check import document_findings
 
 NUMBER_FIELDS = {
     "long",
@@ -96,10 +97,14 @@ def validate_mapping(
                 )
             )
     for table, route in mapping.tables.items():
-        findings += _check_table(conn, route, modes, at(f"tables.{table}"))
+        where = f"tables.{table}" if route.sinks() else f"documents ({table})"
+        findings += _check_table(conn, route, modes, at(where))
         live = (live_search_fields or {}).get(table)
         if live and route.search is not None:
             findings += _check_live_index(route, live, at(f"tables.{table}.search.mapping"))
+    findings += [
+        Finding(at(field), message) for field, message in document_findings(mapping, conn, modes)
+    ]
     return findings
 
 

@@ -23,7 +23,7 @@ from cdc_sync.sinks.search.backends import (
 )
 from cdc_sync.sinks.search.client import SearchWriter
 from cdc_sync.sinks.search.readback import stored_versions
-from cdc_sync.sinks.search.target import ensure_index
+from cdc_sync.sinks.search.target import ensure_index, next_generation, promote
 from cdc_sync.sinks.search.watermarks import SearchWatermarks
 
 __all__ = ["CLIENT_KINDS", "SearchSink"]
@@ -70,6 +70,36 @@ class SearchSink:
         if actions is None:
             return WriteResult()
         return self.writer.write_batch(actions)
+
+    def holds(self, alias: str) -> bool:
+        """Whether `alias` exists."""
+        return retried(
+            lambda: self.backend.alias_exists(alias),
+            is_transient,
+            f"search alias {alias}",
+            self.retry,
+        )
+
+    def next_generation(self, route: TableRoute) -> str:
+        """A new concrete index for a rebuild of `route`'s index, not behind its alias yet."""
+        search = route.search
+        assert search is not None
+        return retried(
+            lambda: next_generation(self.backend, search, None, self.tombstone_retention_seconds),
+            is_transient,
+            f"search new index {search.index}",
+            self.retry,
+        )
+
+    def promote(self, alias: str, index: str) -> None:
+        """Swap `alias` to `index` atomically and delete what it pointed at."""
+        self.backend.refresh(index)
+        retried(
+            lambda: promote(self.backend, alias, index),
+            is_transient,
+            f"search alias {alias} -> {index}",
+            self.retry,
+        )
 
     def write_documents(self, alias: str, actions: Sequence[BulkAction]) -> WriteResult:
         """Versioned actions built elsewhere (cdc_sync.documents), fenced like every write."""

@@ -32,9 +32,17 @@ class SearchBackend(Protocol):
     def alias_exists(self, alias: str) -> bool: ...
     def index_exists(self, index: str) -> bool: ...
     def create_index(
-        self, index: str, mappings: Mapping[str, Any], settings: Mapping[str, Any], alias: str
+        self,
+        index: str,
+        mappings: Mapping[str, Any],
+        settings: Mapping[str, Any],
+        alias: str | None,
     ) -> None: ...
     def put_alias(self, index: str, alias: str) -> None: ...
+    def move_alias(self, alias: str, index: str, old: Sequence[str]) -> None:
+        """Point `alias` at `index` instead of `old`, atomically (one aliases request)."""
+
+    def delete_index(self, index: str) -> None: ...
     def mappings(self, alias: str) -> dict[str, dict[str, Any]]:
         """Concrete index name -> its `mappings` object, for every index behind `alias`."""
 
@@ -157,13 +165,26 @@ class OpenSearchBackend:
         return bool(self.client.indices.exists(index=index))
 
     def create_index(
-        self, index: str, mappings: Mapping[str, Any], settings: Mapping[str, Any], alias: str
+        self,
+        index: str,
+        mappings: Mapping[str, Any],
+        settings: Mapping[str, Any],
+        alias: str | None,
     ) -> None:
-        body = {"mappings": dict(mappings), "settings": dict(settings), "aliases": {alias: {}}}
+        aliases: dict[str, Any] = {alias: {}} if alias else {}
+        body = {"mappings": dict(mappings), "settings": dict(settings), "aliases": aliases}
         self.client.indices.create(index=index, body=body)
 
     def put_alias(self, index: str, alias: str) -> None:
         self.client.indices.put_alias(index=index, name=alias)
+
+    def move_alias(self, alias: str, index: str, old: Sequence[str]) -> None:
+        actions = [{"remove": {"index": name, "alias": alias}} for name in old]
+        actions.append({"add": {"index": index, "alias": alias}})
+        self.client.indices.update_aliases(body={"actions": actions})
+
+    def delete_index(self, index: str) -> None:
+        self.client.indices.delete(index=index)
 
     def mappings(self, alias: str) -> dict[str, dict[str, Any]]:
         answer = self.client.indices.get_mapping(index=alias)
@@ -245,14 +266,31 @@ class ElasticsearchBackend:
         return bool(self.client.indices.exists(index=index))
 
     def create_index(
-        self, index: str, mappings: Mapping[str, Any], settings: Mapping[str, Any], alias: str
+        self,
+        index: str,
+        mappings: Mapping[str, Any],
+        settings: Mapping[str, Any],
+        alias: str | None,
     ) -> None:
         self.client.indices.create(
-            index=index, mappings=dict(mappings), settings=dict(settings), aliases={alias: {}}
+            index=index,
+            mappings=dict(mappings),
+            settings=dict(settings),
+            aliases={alias: {}} if alias else {},
         )
 
     def put_alias(self, index: str, alias: str) -> None:
         self.client.indices.put_alias(index=index, name=alias)
+
+    def move_alias(self, alias: str, index: str, old: Sequence[str]) -> None:
+        actions: list[Mapping[str, Any]] = [
+            {"remove": {"index": name, "alias": alias}} for name in old
+        ]
+        actions.append({"add": {"index": index, "alias": alias}})
+        self.client.indices.update_aliases(actions=actions)
+
+    def delete_index(self, index: str) -> None:
+        self.client.indices.delete(index=index)
 
     def mappings(self, alias: str) -> dict[str, dict[str, Any]]:
         answer = self.client.indices.get_mapping(index=alias).body

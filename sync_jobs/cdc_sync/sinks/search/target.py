@@ -93,3 +93,42 @@ def add_missing_fields(
             log.info("added fields %s to search index %s", sorted(missing), index)
             added.update(missing)
     return sorted(added)
+
+
+def next_generation(
+    backend: SearchBackend,
+    route: SearchRoute,
+    schema: RowSchema | None,
+    tombstone_retention_seconds: int,
+) -> str:
+    """A new concrete index for `route`, beside the one its alias points at and not behind the
+    alias yet (a rebuild fills it, then `promote` swaps the alias): `<alias>_v<n+1>`."""
+    held = backend.mappings(route.index) if backend.alias_exists(route.index) else {}
+    generations = [_generation(route.index, name) for name in held]
+    index = f"{route.index}_v{max(generations, default=0) + 1}"
+    if backend.index_exists(index):  # a rebuild that did not finish: start it over
+        backend.delete_index(index)
+    backend.create_index(
+        index,
+        initial_mappings(route, schema),
+        index_settings(route, tombstone_retention_seconds),
+        None,
+    )
+    return index
+
+
+def promote(backend: SearchBackend, alias: str, index: str) -> list[str]:
+    """Point `alias` at `index` in one request (readers see the old index or the new one,
+    never a half-built one), then delete the indices it pointed at before. Returns them."""
+    old = sorted(backend.mappings(alias)) if backend.alias_exists(alias) else []
+    backend.move_alias(alias, index, [name for name in old if name != index])
+    for name in old:
+        if name != index:
+            backend.delete_index(name)
+    log.info("search alias %s now points at %s (was %s)", alias, index, old)
+    return old
+
+
+def _generation(alias: str, index: str) -> int:
+    suffix = index.removeprefix(f"{alias}_v")
+    return int(suffix) if suffix != index and suffix.isdigit() else 0
