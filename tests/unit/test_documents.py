@@ -4,6 +4,7 @@ every document equals the one rendered from the tables' final rows."""
 
 from __future__ import annotations
 
+import dataclasses
 import textwrap
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -455,3 +456,27 @@ def test_a_changed_spec_rebuilds_the_index_behind_its_alias(tmp_path: Path) -> N
     unchanged = DocumentSync(changed, tmp_path / "state.sqlite", index)
     unchanged.ensure_targets(SCHEMAS_BY_TABLE)  # same spec: no rebuild
     assert index.aliases["order_docs"] == promoted
+
+
+def test_unchanged_toast_values_the_fill_left_come_from_the_state(tmp_path: Path) -> None:
+    """A column still unavailable after the fill (e.g. dropped since) keeps the state's value."""
+    mapping = load(tmp_path)
+    index = MemoryIndex()
+    sync = DocumentSync(mapping, tmp_path / "state.sqlite", index)
+    sync.ensure_targets(SCHEMAS_BY_TABLE)
+    order = {"id": 1, "customer_id": 1, "status": "new"}
+    sync.apply(
+        [],
+        folded(
+            [
+                change("orders", order, False, 10),
+                change("customers", {"id": 1, "name": "long"}, False, 10),
+            ]
+        ),
+    )
+    renamed = dataclasses.replace(
+        change("customers", {"id": 1, "name": None}, False, 20),
+        unavailable_columns=frozenset({"name"}),
+    )
+    sync.apply([], {TableId("s", "customers"): [renamed]})
+    assert index.docs["1"]["customer"] == {"id": 1, "name": "long"}

@@ -344,6 +344,8 @@ def compare(sink: str, expected: Rows, actual: Rows) -> SinkComparison:
 
 
 SINK_NAMES = ("search", "cache", "delta")
+# A document index's column in the report (documents live in the search server: `search`).
+DOCUMENT_PREFIX = "document "
 
 
 def verify_all(

@@ -13,10 +13,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+import psycopg
+
 from cdc_sync.core.model import Change, Coordinates, Op
 from cdc_sync.core.retry import DEFAULT_POLICY, RetryPolicy, retried
 from cdc_sync.core.settings import Connections
-from cdc_sync.mapping import MappingFile, TableRoute
+from cdc_sync.debezium.connector import load_connector
+from cdc_sync.mapping import MappingFile, SearchRoute, TableRoute
+from cdc_sync.schema.catalog import ConverterModes
 from cdc_sync.sinks.base import Sink
 from cdc_sync.sinks.delta import DeltaSink
 from cdc_sync.sinks.delta import is_transient as delta_transient
@@ -28,6 +32,7 @@ from cdc_sync.sinks.redis.client import is_transient as cache_transient
 from cdc_sync.sinks.search import SearchSink
 from cdc_sync.sinks.search import readback as search_readback
 from cdc_sync.sinks.search.backends import is_transient as search_transient
+from cdc_sync.verify.documents import PostgresRows
 
 # What the sinks' logs name as the deletes' coordinates: they come from no Kafka record.
 REPAIR_COORDINATES = Coordinates("cdc-sync-repair", 0, 0)
@@ -166,3 +171,26 @@ def delete_extra_rows(
     outcome.fenced = len(kept)
     outcome.deleted = len(attempted) - len(kept)
     return outcome
+
+
+def delete_extra_documents(
+    sinks: RepairSinks,
+    mapping: MappingFile,
+    name: str,
+    conn: psycopg.Connection[Any],
+    ids: Sequence[str],
+) -> ExtraRows:
+    """Delete documents of `name` whose root Postgres no longer has (or whose root no longer
+    matches the filter) at their stored versions, unless it should hold them again."""
+    spec = mapping.documents[name]
+    route = TableRoute(
+        spec.table, None, {}, SearchRoute(spec.index), None, None, mapping.policies_for(spec.table)
+    )
+    modes = ConverterModes.from_connector(
+        load_connector(mapping.connector).config if mapping.connector else {}
+    )
+    where = f"{mapping.path}: documents.{name}.filter"
+    roots = PostgresRows(conn, modes)
+    return delete_extra_rows(
+        sinks, "search", route, [ID_COLUMN], ids, lambda: {r.id for r in roots.roots(spec, where)}
+    )

@@ -5,6 +5,9 @@ Each round verifies (`compare.verify_all`), then per table:
   to their keys (`resnapshot.py`), which the running job applies through the fenced sinks;
 - rows a sink holds that Postgres does not are deleted in that sink at the version it stores
   (`extra_rows.py`).
+Document indices the same way: a missing or different document's root row is re-snapshotted,
+which the job merges into its state and renders again; a document whose root is gone (or no
+longer matches the filter) is deleted at the version the index stores.
 Then it waits for Debezium to report each snapshot completed and for the job to apply it
 (verify again until clean or `settle_seconds`); rows still differing go to the next round (under
 a running workload, newer changes may have been in flight). The sync job must be running.
@@ -27,6 +30,7 @@ from cdc_sync.debezium.database import SourceDatabase, source_database
 from cdc_sync.debezium.notifications import Notification, SnapshotOutcome, describe
 from cdc_sync.mapping import MappingFile
 from cdc_sync.verify.compare import (
+    DOCUMENT_PREFIX,
     SINK_NAMES,
     Report,
     TableComparison,
@@ -35,7 +39,12 @@ from cdc_sync.verify.compare import (
     source_keys,
     verify_all,
 )
-from cdc_sync.verify.extra_rows import RepairSinks, delete_extra_rows, read_retried
+from cdc_sync.verify.extra_rows import (
+    RepairSinks,
+    delete_extra_documents,
+    delete_extra_rows,
+    read_retried,
+)
 from cdc_sync.verify.resnapshot import (
     SnapshotChannel,
     SnapshotSignal,
@@ -134,6 +143,11 @@ def _repair_round(
             signals += _rewrite(conn, comparison, key_columns, keys, out)
             for sink in comparison.sinks:
                 if not sink.extra:
+                    continue
+                if sink.sink.startswith(DOCUMENT_PREFIX):
+                    name = sink.sink.removeprefix(DOCUMENT_PREFIX)
+                    extra = delete_extra_documents(sinks, mapping, name, conn, sink.extra)
+                    out(f"  {table} {sink.sink}: {len(sink.extra)} extra: {extra.describe()}")
                     continue
                 if sink.sink == "history":
                     # A current history row whose delete the history never saw (a tombstone
