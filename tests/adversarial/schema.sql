@@ -105,6 +105,23 @@ CREATE TABLE IF NOT EXISTS adv.truncated (
     round  integer NOT NULL DEFAULT 0
 );
 
+-- tag, child_tag: the third level of the suite's document index (mapping.yaml `documents`:
+-- parent -> children -> tags, a many-to-many through child_tag). Only the documents hold them
+-- (no flat route). child_tag's composite foreign key follows child key moves (ON UPDATE
+-- CASCADE) and both deletes cascade, so one statement changes rows of three document tables.
+CREATE TABLE IF NOT EXISTS adv.tag (
+    id     integer PRIMARY KEY,
+    label  text NOT NULL
+);
+
+CREATE TABLE IF NOT EXISTS adv.child_tag (
+    k       text NOT NULL,
+    n       integer NOT NULL,
+    tag_id  integer NOT NULL REFERENCES adv.tag (id) ON DELETE CASCADE,
+    PRIMARY KEY (k, n, tag_id),
+    FOREIGN KEY (k, n) REFERENCES adv.child (k, n) ON DELETE CASCADE ON UPDATE CASCADE
+);
+
 -- Debezium's signal table (incremental snapshots: the documented cache repair).
 CREATE TABLE IF NOT EXISTS adv.cdc_sync_signal (
     id    varchar(64) PRIMARY KEY,

@@ -41,7 +41,16 @@ from psycopg.types.json import Jsonb
 SCHEMA_SQL = Path(__file__).with_name("schema.sql")
 MAPPING = Path(__file__).with_name("mapping.yaml")
 CONNECTOR = Path(__file__).with_name("connector.json")
-TABLES = ("adv.parent", "adv.child", "adv.deferred", "adv.arrays", "adv.truncated")
+TABLES = (
+    "adv.parent",
+    "adv.child",
+    "adv.deferred",
+    "adv.arrays",
+    "adv.truncated",
+    "adv.tag",
+    "adv.child_tag",
+)
+TAGS = 12  # tag ids 1..TAGS: few, so a tag's change reaches many documents
 BIG_MD5_CHUNKS = 300  # 300 x 32 hex chars: ~9.6 kB per big column, out of line (> 8 kB)
 SPECIAL_KEY_PARTS = ("a|b", "a\\|b", "x\\", "\\", "|", "||", "p\\\\q", "plain", "é|ü", "")
 
@@ -356,6 +365,55 @@ def reinsert_child_two_transactions(ctx: Context) -> str | None:
     with ctx.conn.transaction():
         _insert_child(ctx, *child, parent)
     return "delete + re-insert child (two transactions)"
+
+
+# ---- tags (documents only: parent -> children -> tags) ----------------------------------------
+
+
+def upsert_tag(ctx: Context) -> str:
+    """A new tag or a relabelled one: every document whose children carry it re-renders."""
+    with ctx.conn.transaction():
+        ctx.changes += _run(
+            ctx,
+            "INSERT INTO adv.tag (id, label) VALUES (%s, %s) "
+            "ON CONFLICT (id) DO UPDATE SET label = EXCLUDED.label",
+            (ctx.rng.randint(1, TAGS), _text(ctx.rng)[:40]),
+        )
+    return "upsert tag (fans out to documents)"
+
+
+def delete_tag(ctx: Context) -> str | None:
+    row = _pick(ctx.conn, "SELECT id FROM adv.tag ORDER BY id", ctx.rng)
+    if row is None:
+        return None
+    with ctx.conn.transaction():
+        ctx.changes += _run(ctx, "DELETE FROM adv.tag WHERE id = %s", (row[0],))
+    return "delete tag (cascades its links)"
+
+
+def link_child_tag(ctx: Context) -> str | None:
+    child = _some_child(ctx)
+    tag = _pick(ctx.conn, "SELECT id FROM adv.tag ORDER BY id", ctx.rng)
+    if child is None or tag is None:
+        return None
+    with ctx.conn.transaction():
+        ctx.changes += _run(
+            ctx,
+            "INSERT INTO adv.child_tag (k, n, tag_id) VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
+            (*child, tag[0]),
+        )
+    return "link a child to a tag"
+
+
+def unlink_child_tag(ctx: Context) -> str | None:
+    row = _pick(ctx.conn, "SELECT k, n, tag_id FROM adv.child_tag ORDER BY k, n, tag_id", ctx.rng)
+    if row is None:
+        return None
+    with ctx.conn.transaction():
+        ctx.changes += _run(
+            ctx, "DELETE FROM adv.child_tag WHERE k = %s AND n = %s AND tag_id = %s", tuple(row)
+        )
+    return "unlink a child from a tag"
 
 
 # ---- deferred primary key -------------------------------------------------------------------
@@ -776,6 +834,10 @@ OPERATIONS: list[tuple[Operation, int]] = [
     (insert_truncated, 3),
     (update_truncated, 2),
     (delete_truncated, 1),
+    (upsert_tag, 2),
+    (delete_tag, 1),
+    (link_child_tag, 4),
+    (unlink_child_tag, 2),
 ]
 
 

@@ -97,7 +97,8 @@ def validate_mapping(
                 )
             )
     for table, route in mapping.tables.items():
-        where = f"tables.{table}" if route.sinks() else f"documents ({table})"
+        documents_only = route.documents and not route.sinks()
+        where = f"documents ({table})" if documents_only else f"tables.{table}"
         findings += _check_table(conn, route, modes, at(where))
         live = (live_search_fields or {}).get(table)
         if live and route.search is not None:
