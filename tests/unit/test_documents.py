@@ -123,6 +123,10 @@ class MemoryIndex:
         self.indices[index] = {}
         return index
 
+    def highest_version(self, alias: str) -> int:
+        index = self.aliases.get(alias)
+        return max((v for v, _ in self.indices.get(index or "", {}).values()), default=0)
+
     def promote(self, alias: str, index: str) -> None:
         old = self.aliases.get(alias)
         self.aliases[alias] = index
@@ -480,3 +484,41 @@ def test_unchanged_toast_values_the_fill_left_come_from_the_state(tmp_path: Path
     )
     sync.apply([], {TableId("s", "customers"): [renamed]})
     assert index.docs["1"]["customer"] == {"id": 1, "name": "long"}
+
+
+def test_a_new_state_beside_an_older_index_overwrites_its_documents(tmp_path: Path) -> None:
+    """A new checkpoint replays the topics into a new state while the index keeps documents
+    written at higher versions: the replay's renders (a root's delete included) must win."""
+    mapping = load(tmp_path)
+    index = MemoryIndex()
+    old = DocumentSync(mapping, tmp_path / "old.sqlite", index)
+    old.ensure_targets(SCHEMAS_BY_TABLE)
+    one_batch = [
+        change("orders", {"id": 1, "customer_id": 1, "status": "new"}, False, 500),
+        change("orders", {"id": 2, "customer_id": 1, "status": "new"}, False, 900),
+    ]
+    old.apply([], folded(one_batch))  # both documents at version 900
+    assert index.versions["1"] == 900
+    new = DocumentSync(mapping, tmp_path / "new.sqlite", index)
+    new.ensure_targets(SCHEMAS_BY_TABLE)
+    new.apply(
+        [], folded([change("orders", {"id": 1, "customer_id": 1, "status": "new"}, True, 600)])
+    )
+    assert "1" not in index.docs  # the delete at version 600 < 900 would have been fenced
+
+
+def test_a_placeholder_is_never_a_value_in_a_document(tmp_path: Path) -> None:
+    mapping = load(tmp_path)
+    index = MemoryIndex()
+    sync = DocumentSync(mapping, tmp_path / "state.sqlite", index)
+    sync.ensure_targets(SCHEMAS_BY_TABLE)
+    order = {"id": 1, "customer_id": 1, "status": "new"}
+    placeholder = dataclasses.replace(
+        change("customers", {"id": 1, "name": "__debezium_unavailable_value"}, False, 20),
+        unavailable_columns=frozenset({"name"}),
+    )
+    sync.apply(
+        [],
+        {**folded([change("orders", order, False, 10)]), TableId("s", "customers"): [placeholder]},
+    )
+    assert index.docs["1"]["customer"] == {"id": 1}

@@ -175,8 +175,11 @@ class DocumentState:
             if old is not None:
                 changed.before.append(old)
             doc = entry.doc
-            if doc is not None and entry.unavailable and old is not None:
-                doc = {**doc, **{c: old.doc[c] for c in entry.unavailable if c in old.doc}}
+            if doc is not None and entry.unavailable:
+                # Never a placeholder as a value: the state's own value, else no value.
+                kept = {c: v for c, v in doc.items() if c not in entry.unavailable}
+                held_values = old.doc if old is not None else {}
+                doc = {**kept, **{c: held_values[c] for c in entry.unavailable if c in held_values}}
             version = entry.version if not entry.unversioned else (held[0] if held else -1)
             self.conn.execute(
                 "INSERT OR REPLACE INTO rows VALUES (?, ?, ?, ?, ?)",

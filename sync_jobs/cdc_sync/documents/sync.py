@@ -58,6 +58,10 @@ class DocumentWriter(Protocol):
 
     def promote(self, alias: str, index: str) -> None: ...
 
+    def highest_version(self, alias: str) -> int:
+        """The highest document version behind `alias` (0 when empty or absent)."""
+        ...
+
     def write_documents(self, alias: str, actions: Sequence[BulkAction]) -> WriteResult: ...
 
 
@@ -104,6 +108,12 @@ class DocumentSync:
             route = self.routes[name] = document_route(spec, schemas, policies)
             fingerprint = _fingerprint(spec, route)
             key = f"fingerprint:{name}"
+            if self.state.meta(key) is None and self.search.holds(spec.index):
+                # A new state (a new checkpoint replaying the topics) beside an index written
+                # before: its documents carry versions this state has not reached yet, and every
+                # render must overwrite them (a delete of a root included), so start above.
+                with self.state.transaction():
+                    self.state.raise_version(self.search.highest_version(spec.index))
             stale = self.state.meta(key) not in (None, fingerprint)
             if self.state.count(spec.table) and (stale or not self.search.holds(spec.index)):
                 self._build(name, spec, route)

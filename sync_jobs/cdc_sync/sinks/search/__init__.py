@@ -80,6 +80,16 @@ class SearchSink:
             self.retry,
         )
 
+    def highest_version(self, alias: str) -> int:
+        """The highest document version behind `alias` (0 when empty or absent)."""
+        versions = retried(
+            lambda: stored_versions(self.backend, alias),
+            is_transient,
+            f"search versions {alias}",
+            self.retry,
+        )
+        return max(versions.values(), default=0)
+
     def next_generation(self, route: TableRoute) -> str:
         """A new concrete index for a rebuild of `route`'s index, not behind its alias yet."""
         search = route.search
