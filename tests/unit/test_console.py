@@ -83,6 +83,12 @@ def test_batch_line_is_one_short_line() -> None:
     assert "\n" not in line
 
 
+def test_batch_line_counts_the_documents_a_batch_rendered() -> None:
+    metrics = _metrics()
+    metrics.documents = 300
+    assert "(applied/fenced); 300 documents rendered; 2 dead-lettered" in batch_line(metrics, 0)
+
+
 def _snapshot_batch(batch_id: int, rows: dict[TableId, int], streamed: int = 0) -> BatchMetrics:
     metrics = BatchMetrics(batch_id, compacted=sum(rows.values()) + streamed)
     for table, count in rows.items():

@@ -107,6 +107,7 @@ class BatchMetrics:
             f"compacted={self.compacted} tombstones={self.tombstones} malformed={self.malformed} "
             f"truncates={self.truncates} truncated={self.truncated} "
             f"dead_lettered={self.dead_lettered} unavailable_gone={self.unavailable_gone} "
+            f"documents={self.documents} "
             f"ran_on={self.ran_on} {per_sink} in {self.seconds:.2f}s "
             f"({' '.join(f'{name}:{took:.2f}s' for name, took in self.stages.items())})"
         )

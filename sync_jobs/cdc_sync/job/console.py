@@ -46,6 +46,8 @@ def batch_line(metrics: BatchMetrics, now_ms: int | None = None) -> str:
             for name, r in metrics.sinks.items()
         )
         parts.append(f"{sinks} (applied/fenced)")
+    if metrics.documents:
+        parts.append(f"{metrics.documents} documents rendered")
     if metrics.dead_lettered:
         parts.append(f"{metrics.dead_lettered} dead-lettered")
     newest = [p.max_source_ts_ms for p in metrics.tables.values() if p.max_source_ts_ms]
