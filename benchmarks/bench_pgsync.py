@@ -51,6 +51,7 @@ from e2ebench.pipeline import (  # noqa: E402
     start_job,
     stop_run,
 )
+from e2ebench.report import cell, ratio  # noqa: E402
 from e2ebench.sampler import Sampler  # noqa: E402
 
 from cdc_sync.core.model import TableId  # noqa: E402
@@ -243,12 +244,6 @@ def _latency(phase: dict[str, Any] | None, rate: float, sink: str) -> dict[str, 
     return None if step is None else step["latency"].get(sink)
 
 
-def _ratio(ours: float | None, theirs: float | None) -> float | None:
-    if ours is None or theirs is None or theirs == 0:
-        return None
-    return round(ours / theirs, 3)
-
-
 def _search_cut(rate: float, cut: str) -> Callable[[dict[str, Any] | None], float | None]:
     return lambda phase: (_latency(phase, rate, "search") or {}).get(cut)
 
@@ -264,7 +259,7 @@ def compare(result: dict[str, Any]) -> list[dict[str, Any]]:
         row: dict[str, Any] = {"figure": figure, "unit": unit, "cdc-sync": pick(ours)}
         for name in theirs:
             row[name] = pick(phases[name])
-            row[f"ratio vs {name}"] = _ratio(row["cdc-sync"], row[name])
+            row[f"ratio vs {name}"] = ratio(row["cdc-sync"], row[name])
         rows.append(row)
 
     def initial(phase: dict[str, Any] | None) -> float | None:
@@ -289,22 +284,13 @@ def compare(result: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def _cell(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, list):
-        return "/".join(_cell(v) for v in value)
-    digits = 0 if abs(value) >= 100 else 1 if abs(value) >= 10 else 2
-    return f"{value:.{digits}f}"
-
-
 def render(result: dict[str, Any]) -> str:
     rows = result["comparison"]
     columns = ["figure", "unit", "cdc-sync"] + [
         name for name in ("pgsync", "ratio vs pgsync", "pgsync-tuned", "ratio vs pgsync-tuned")
         if any(name in row for row in rows)
     ]  # fmt: skip
-    table = [[r["figure"], r["unit"]] + [_cell(r.get(c)) for c in columns[2:]] for r in rows]
+    table = [[r["figure"], r["unit"]] + [cell(r.get(c)) for c in columns[2:]] for r in rows]
     widths = [max(len(r[i]) for r in [columns, *table]) for i in range(len(columns))]
     lines = [
         f"cdc-sync vs pgsync {result['started']} ({result['machine']})",

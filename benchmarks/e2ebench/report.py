@@ -130,11 +130,29 @@ def _stall_wait(raw: dict[str, Any], p99_target: float) -> str:
     )
 
 
+def ratio(ours: float | None, theirs: float | None) -> float | None:
+    """cdc-sync's figure over another system's (None where either is missing or theirs is 0)."""
+    if ours is None or theirs is None or theirs == 0:
+        return None
+    return round(ours / theirs, 3)
+
+
+def cell(value: Any) -> str:
+    """A figure for a table: 3 significant digits or so, lists joined by '/', '-' for none."""
+    if value is None:
+        return "-"
+    if isinstance(value, list):
+        return "/".join(cell(v) for v in value)
+    digits = 0 if abs(value) >= 100 else 1 if abs(value) >= 10 else 2
+    return f"{value:.{digits}f}"
+
+
 def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+def table(header: list[str], rows: list[list[str]]) -> list[str]:
+    """Columns padded to their widest cell, a dashed rule under the header."""
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     line = lambda row: "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True))  # noqa: E731
     return [line(header), "  ".join("-" * w for w in widths), *map(line, rows)]
@@ -228,7 +246,7 @@ def render(result: dict[str, Any]) -> str:
         )
     lines.append("")
     initial = result.get("initial_sync", {})
-    lines += _table(
+    lines += table(
         ["sink", "raw rows/s", "initial sync s", "initial rows/s", "x raw"],
         [
             [
@@ -262,7 +280,7 @@ def render(result: dict[str, Any]) -> str:
                 f"{s['service_cpu_percent'].get('search', 0):.0f}%",
             ]
             rows.append(cells)
-        lines += _table(
+        lines += table(
             ["rate", "achieved", "probes", *SINKS, "all", "drains", "job cpu", "rss MB",
              "search cpu"],
             rows,
@@ -287,11 +305,11 @@ def render(result: dict[str, Any]) -> str:
                     for n in names
                 ]
             )
-        lines += _table(["rate", "batches", "records/batch", "interval", *names], rows)
+        lines += table(["rate", "batches", "records/batch", "interval", *names], rows)
     if initial.get("cpu_seconds"):
         lines += ["", *_cpu_lines(initial, result["targets"])]
     lines += ["", "targets (issue 9)"]
-    lines += _table(
+    lines += table(
         ["target", "figure", "met"],
         [[t["target"], t["figure"], "yes" if t["met"] else "NO"] for t in result["targets"]],
     )
