@@ -109,11 +109,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     unknown = set(args.systems) - set(SYSTEMS)
     if unknown:
         parser.error(f"--systems: unknown {sorted(unknown)}; expected some of {SYSTEMS}")
-    args.tuning = TUNED if args.tune is None else dict(_setting(s) for s in args.tune)
+    args.tuning = TUNED if args.tune is None else dict(tuning_setting(s) for s in args.tune)
     return args
 
 
-def _setting(text: str) -> tuple[str, str]:
+def tuning_setting(text: str) -> tuple[str, str]:
     key, sep, value = text.partition("=")
     if not sep or not key:
         raise SystemExit(f"--tune {text!r}: expected KEY=VALUE (a pgsync setting name)")

@@ -23,8 +23,9 @@ PRODUCTS = 100  # with TOASTed descriptions: price updates take the unchanged-TO
 TABLES = ("shop.customers", "shop.orders", "shop.products", "shop.order_lines")
 
 
-def load_rows(pg_url: str, customers: int, orders: int) -> dict[str, int]:
-    """Schema + rows, in a few set-based statements; returns rows per table."""
+def load_rows(pg_url: str, customers: int, orders: int, products: int = PRODUCTS) -> dict[str, int]:
+    """Schema + rows, in a few set-based statements; returns rows per table. Every product has a
+    TOASTed description (MixedWorkload updates the first PRODUCTS)."""
     with psycopg.connect(pg_url, autocommit=True) as conn:
         conn.execute(SCHEMA_SQL.read_text().encode())
         conn.execute(
@@ -37,7 +38,7 @@ def load_rows(pg_url: str, customers: int, orders: int) -> dict[str, int]:
             "INSERT INTO shop.products (sku, name, description, price) "
             "SELECT 'SKU-' || g, 'Product ' || g, repeat('Product ' || g || ' description. ', "
             "150 + g %% 100), (g %% 900 + 1)::numeric FROM generate_series(1, %s) g",
-            (PRODUCTS,),
+            (products,),
         )
         conn.execute(
             "INSERT INTO shop.orders (customer_id, status, total, internal_note) "

@@ -1,5 +1,6 @@
 """pgsync (PyPI `pgsync`, 7.x) as a comparison tool: its own virtualenv, a schema.json built from
-the shop mapping's search routes, `bootstrap`, then its daemon as a subprocess.
+the shop mapping's search routes (flat, `schema_document`) or from one of its document specs
+(nested, `nested_schema_document`), `bootstrap`, then its daemon as a subprocess.
 
 pgsync is never a dependency of the project: `ensure_venv` installs it on first use into
 `.cdc-sync/pgsync-venv` (ignored by git). Its settings are environment variables read by
@@ -31,6 +32,7 @@ from opensearchpy import OpenSearch
 from cdc_sync.core.model import TableId
 from cdc_sync.localstack.process import alive, stop_pid
 from cdc_sync.mapping import MappingFile
+from cdc_sync.relations import DocumentSpec, Kind, Level, Relation
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV = ROOT / ".cdc-sync" / "pgsync-venv"
@@ -42,6 +44,11 @@ INDEX_PREFIX = "pgsync_"
 def index_name(table: TableId) -> str:
     """pgsync's index for `table`: beside cdc-sync's names, never one of them."""
     return f"{INDEX_PREFIX}{table.schema}_{table.table}"
+
+
+def document_index_name(spec: DocumentSpec) -> str:
+    """pgsync's index for a document spec (cdc-sync's is the spec's alias)."""
+    return f"{INDEX_PREFIX}{spec.name}"
 
 
 def ensure_venv(venv: Path = VENV) -> Path:
@@ -86,6 +93,49 @@ def schema_document(mapping: MappingFile, database: str) -> list[dict[str, Any]]
     return documents
 
 
+def nested_schema_document(
+    spec: DocumentSpec, database: str, properties: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """One pgsync index for a document spec: a node per level (its columns, its renames as a
+    `rename` transform, labelled with the relation's field name) and the relation as pgsync's
+    `relationship` (kind one: `one_to_one`, many: `one_to_many`; both `object`; the join's pairs
+    as the explicit foreign key, parent columns on the parent's table). `properties`: the index
+    mapping, cdc-sync's own for the spec, so both indices type every field alike.
+
+    What pgsync's schema has no words for is refused or left out: a join table (`through`) is
+    refused (not needed here); the root `filter` and the arrays' `order_by` are left out, and
+    the caller says so (pgsync indexes every root row; its arrays come in JSON_AGG's order)."""
+    return [{
+        "database": database,
+        "index": document_index_name(spec),
+        "nodes": _node(spec, None),
+        "mapping": properties,
+    }]  # fmt: skip
+
+
+def _node(level: Level, via: Relation | None) -> dict[str, Any]:
+    node: dict[str, Any] = {"table": level.table.table, "schema": level.table.schema}
+    if level.columns is not None:
+        node["columns"] = list(level.columns)
+    if level.rename:
+        node["transform"] = {"rename": dict(level.rename)}
+    if via is not None:
+        if via.through is not None:
+            raise ValueError(f"relation {via.name!r}: a join table is not written for pgsync")
+        node["label"] = via.name
+        node["relationship"] = {
+            "variant": "object",
+            "type": "one_to_one" if via.kind is Kind.ONE else "one_to_many",
+            "foreign_key": {
+                "parent": [parent for parent, _ in via.on],
+                "child": [child for _, child in via.on],
+            },
+        }
+    if level.relations:
+        node["children"] = [_node(relation, relation) for relation in level.relations]
+    return node
+
+
 def environment(
     pg_url: str, search_url: str, redis_url: str, workdir: Path, tuning: dict[str, str]
 ) -> dict[str, str]:
@@ -120,6 +170,8 @@ class PgSync:
     workdir: Path
     env: dict[str, str]
     search_url: str
+    # The indices its documents go to (counted by `documents`): by default the flat ones.
+    indices: tuple[str, ...] = tuple(index_name(table) for table in TABLES)
     pid: int | None = None
     log: Path = field(init=False)
 
@@ -167,8 +219,7 @@ class PgSync:
     def documents(self) -> int:
         """Documents in pgsync's indices (0 for one not created yet)."""
         total = 0
-        for table in TABLES:
-            name = index_name(table)
+        for name in self.indices:
             if self.search.indices.exists(index=name):
                 total += int(self.search.count(index=name)["count"])
         return total

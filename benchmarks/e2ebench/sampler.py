@@ -110,14 +110,22 @@ class Sampler:
         return self._probe(self.rows + 1)
 
     def _probe(self, row_id: int) -> Probe:
-        marker = f"probe-{uuid.uuid4().hex[:12]}"
-        self.pg.execute(
-            f"UPDATE {TABLE} SET {COLUMN} = %s WHERE id = %s".encode(), (marker, row_id)
-        )
+        marker = self._marker(row_id)
+        self._write(row_id, marker)
         probe = Probe(row_id, marker, time.monotonic(), sinks=self.sinks)
         self.probes.append(probe)
         self._busy[row_id] = probe
         return probe
+
+    # What a probe writes and where: overridden by samplers that probe other rows
+    # (e2ebench.docprobe: a line, product or customer of an order document).
+    def _marker(self, row_id: int) -> str:
+        return f"probe-{uuid.uuid4().hex[:12]}"
+
+    def _write(self, row_id: int, marker: str) -> None:
+        self.pg.execute(
+            f"UPDATE {TABLE} SET {COLUMN} = %s WHERE id = %s".encode(), (marker, row_id)
+        )
 
     def poll(self) -> None:
         pending = list(self._busy.values())
