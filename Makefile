@@ -8,6 +8,7 @@ PYTEST_ARGS ?=
 SOAK_ARGS ?= --changes 100000
 BENCH_ARGS ?=
 PGSYNC_ARGS ?=
+DOCUMENTS_ARGS ?=
 
 .DEFAULT_GOAL := help
 
@@ -49,6 +50,9 @@ bench: install ## benchmarks: Kafka source read rate, then end-to-end (BENCH_ARG
 bench-pgsync: install ## cdc-sync beside pgsync (own venv in .cdc-sync): same rows, workload, probes; ratios (PGSYNC_ARGS)
 	PYTHONPATH=. $(BIN)/python benchmarks/bench_pgsync.py $(PGSYNC_ARGS)
 
+bench-documents: install ## nested documents (shop_order_documents) beside pgsync's nested schema: build, freshness, fan-out, Postgres load (DOCUMENTS_ARGS)
+	PYTHONPATH=. $(BIN)/python benchmarks/bench_documents.py $(DOCUMENTS_ARGS)
+
 soak: install ## adversarial soak: ~100k changes; job, capture and Connect worker kill -9, capture restart, search freeze, cache loss (SOAK_ARGS)
 	PYTHONPATH=sync_jobs:connectors:infra:. $(BIN)/python -m tests.adversarial.soak $(SOAK_ARGS)
 
@@ -61,4 +65,4 @@ stack-down: ## stop exactly what stack-up started
 clean: ## remove the virtualenv and local state
 	rm -rf $(VENV) .cdc-sync .pytest_cache .mypy_cache .ruff_cache
 
-.PHONY: help bootstrap install demo test test-unit lint bench bench-pgsync soak stack-up stack-down clean
+.PHONY: help bootstrap install demo test test-unit lint bench bench-pgsync bench-documents soak stack-up stack-down clean
