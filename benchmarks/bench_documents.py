@@ -186,6 +186,7 @@ def ladder(
         after = read_counters(pg_url)
         step["postgres"], reading = delta(reading, after), after
         step["probes_written"] = step["latency"]["probes"] + 1  # and the drain probe
+        step["latency_by_kind"] = sampler.by_kind
         log.info("step %s: %s", rate, json.dumps(step["latency"]))
         steps.append(step)
         if not step["drains"]:

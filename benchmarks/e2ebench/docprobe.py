@@ -23,7 +23,7 @@ from opensearchpy import NotFoundError, OpenSearch
 from cdc_sync.core.settings import Connections
 from cdc_sync.mapping import MappingFile
 from e2ebench.documents import Reserved
-from e2ebench.sampler import POLL_SECONDS, Sampler
+from e2ebench.sampler import POLL_SECONDS, Probe, Sampler, percentiles
 
 KINDS = ("customer", "line", "product")
 QUANTITY_MARKERS = 1_000_000  # probe quantities count up from here: the workload's are < 21
@@ -77,6 +77,22 @@ def probe_value(target: Target, document: Mapping[str, Any]) -> str | None:
     return (line.get("product") or {}).get("name")
 
 
+def kind_summary(probes: list[Probe], targets: Mapping[int, Target]) -> dict[str, Any]:
+    """Per probe kind: probes, unresolved, p50/p99 seconds (a customer or product probe's
+    change fans out to every order holding it, a line's to its order alone)."""
+    summary: dict[str, Any] = {}
+    for kind in KINDS:
+        found = [p for p in probes if targets[p.row_id].kind == kind]
+        cuts = percentiles([p.seen["search"] for p in found if "search" in p.seen])
+        summary[kind] = {
+            "probes": len(found),
+            "unresolved": sum(not p.done for p in found),
+            "p50": cuts["p50"],
+            "p99": cuts["p99"],
+        }
+    return summary
+
+
 class DocumentSampler(Sampler):
     """Sampler whose probes change a child row and poll one order document (search only)."""
 
@@ -96,6 +112,14 @@ class DocumentSampler(Sampler):
         self.targets = probe_targets([(int(o), int(c), int(n), int(p)) for o, c, n, p in found])
         self.reserved = reserved(self.targets)
         self._quantities = itertools.count(QUANTITY_MARKERS)
+        self.by_kind: dict[str, Any] = {}  # the last `take`'s probes, by kind
+
+    def take(self) -> list[Probe]:
+        """As Sampler's; keeps the periodic probes' figures by kind (the drain probe's slot
+        is left out, as run_step leaves it out of its latency)."""
+        taken = super().take()
+        self.by_kind = kind_summary([p for p in taken if p.row_id <= self.rows], self.targets)
+        return taken
 
     def _marker(self, row_id: int) -> str:
         if self.targets[row_id].kind == "line":

@@ -168,6 +168,14 @@ def _notes(result: dict[str, Any]) -> list[str]:
                     f"- {name}: {rate:.0f} changes/s: {step['latency']['unresolved']} of "
                     f"{step['latency']['probes']} probes never seen"
                 )
+            kinds = step.get("latency_by_kind") or {}
+            if kinds:
+                cells = ", ".join(
+                    f"{kind} {cell(k['p50'])}/{cell(k['p99'])}"
+                    + (f" ({k['unresolved']} unseen)" if k["unresolved"] else "")
+                    for kind, k in kinds.items()
+                )
+                notes.append(f"- {name}: {rate:.0f} changes/s, p50/p99 s by probe kind: {cells}")
             load = step_load(result, phase, rate)
             if load is not None:
                 tables = ", ".join(f"{t} {v}" for t, v in load["scans_per_change_by_table"].items())

@@ -17,10 +17,11 @@ from cdc_sync.relations import Through
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from e2ebench import pgsync
-from e2ebench.docprobe import Target, probe_targets, probe_value, reserved
+from e2ebench.docprobe import Target, kind_summary, probe_targets, probe_value, reserved
 from e2ebench.docreport import PGSYNC_LIMITS, compare, render
 from e2ebench.documents import CHILD_OPERATIONS, CHILD_WEIGHTS, DOCUMENT, delete_line, insert_line
 from e2ebench.pgload import delta, sync_share, unit_costs
+from e2ebench.sampler import Probe
 
 pytestmark = pytest.mark.unit
 ROOT = Path(__file__).resolve().parents[2]
@@ -95,6 +96,15 @@ def test_a_probe_reads_the_field_it_writes() -> None:
     assert probe_value(Target("customer", 1, 5, 1, 9), {"customer": None}) is None
 
 
+def test_probe_figures_by_kind() -> None:
+    targets = probe_targets([(order, order, 1, order) for order in range(1, 4)])
+    seen = [Probe(1, "a", 0.0, {"search": 0.5}, ("search",)), Probe(2, "b", 0.0, {}, ("search",))]
+    summary = kind_summary(seen, targets)
+    assert summary["customer"] == {"probes": 1, "unresolved": 0, "p50": 0.5, "p99": 0.5}
+    assert summary["line"] == {"probes": 1, "unresolved": 1, "p50": None, "p99": None}
+    assert summary["product"]["probes"] == 0
+
+
 def test_child_workload_keeps_the_lines_steady() -> None:
     assert len(CHILD_OPERATIONS) == len(CHILD_WEIGHTS)
     weights = dict(zip(CHILD_OPERATIONS, CHILD_WEIGHTS, strict=True))
@@ -138,6 +148,7 @@ def _phase(seconds: float, p50: float, fanout: float, scans: int) -> dict[str, A
             "target_rate": 20.0, "drains": True, "drained_in_seconds": 1.0, "changes": 19,
             "probes_written": 1, "latency": {"probes": 1, "unresolved": 0, "search": latency},
             "postgres": _counters({"shop.orders": scans}, 20),
+            "latency_by_kind": {"line": {"probes": 1, "unresolved": 1, "p50": None, "p99": None}},
         }],
         "fanout": {"orders": 100, "first_seconds": fanout / 2, "all_seconds": fanout, "missing": 0},
     }  # fmt: skip
@@ -165,3 +176,4 @@ def test_comparison_ratios_are_cdc_sync_over_pgsync_and_name_pgsyncs_limits() ->
     assert all(limit in text for limit in PGSYNC_LIMITS)
     assert "RAW: no baseline ran" in text
     assert "pgsync: 20 changes/s, scans/change by table: shop.orders 10.0" in text
+    assert "p50/p99 s by probe kind: line -/- (1 unseen)" in text
