@@ -20,8 +20,10 @@ an order; no order is cancelled), then:
      product price and name updates, customer renames), commit -> visible in the order
      document p50/p99 from probes (e2ebench/docprobe.py), run_step's ladder;
   3. fan-out: the customer with F orders renamed, seconds until every order shows it;
-  4. Postgres per change during each step: scans on the four tables, scans on every table,
-     rows read, transactions, less the baseline's cost of the same changes.
+  4. Postgres per change followed (workload and probes) over each step's window (workload,
+     drain, settle; a system's steady background such as heartbeats counts): scans on the four
+     tables, scans on every table, rows read, transactions, less the baseline's cost of the
+     same changes (its stats, its reasoning: e2ebench/pgload.py).
 Prints the figures with the ratios cdc-sync / pgsync and what pgsync cannot express, and writes
 JSON (benchmarks/results/documents-<date>.json unless --output). Every process a phase starts
 is stopped by PID when the phase ends, also on errors.

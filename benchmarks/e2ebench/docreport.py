@@ -130,7 +130,8 @@ def render(result: dict[str, Any]) -> str:
         "document",
         "freshness: child changes only (line quantity, line insert/delete, product price/name, "
         "customer rename); probes poll one order document each",
-        "Postgres load: per change followed (workload + probes), "
+        "Postgres load: per change followed (workload + probes), over each step's whole window "
+        "(workload, drain, 11 s settle: a system's steady background, e.g. heartbeats, counts), "
         + (
             "less the workload's and probes' own cost measured with no sync system attached"
             if result.get("baseline")
@@ -176,6 +177,14 @@ def _notes(result: dict[str, Any]) -> list[str]:
                     for kind, k in kinds.items()
                 )
                 notes.append(f"- {name}: {rate:.0f} changes/s, p50/p99 s by probe kind: {cells}")
+            stages = step.get("stages") or {}
+            if "documents" in stages.get("stage_mean_seconds", {}):
+                notes.append(
+                    f"- {name}: {rate:.0f} changes/s: batches of "
+                    f"{stages['records_per_batch']:.0f} records every "
+                    f"{cell(stages['interval_mean_seconds'])} s, "
+                    f"{cell(stages['stage_mean_seconds']['documents'])} s of it documents"
+                )
             load = step_load(result, phase, rate)
             if load is not None:
                 tables = ", ".join(f"{t} {v}" for t, v in load["scans_per_change_by_table"].items())

@@ -149,6 +149,8 @@ def _phase(seconds: float, p50: float, fanout: float, scans: int) -> dict[str, A
             "probes_written": 1, "latency": {"probes": 1, "unresolved": 0, "search": latency},
             "postgres": _counters({"shop.orders": scans}, 20),
             "latency_by_kind": {"line": {"probes": 1, "unresolved": 1, "p50": None, "p99": None}},
+            "stages": {"records_per_batch": 12.0, "interval_mean_seconds": 0.5,
+                       "stage_mean_seconds": {"documents": 0.25}},
         }],
         "fanout": {"orders": 100, "first_seconds": fanout / 2, "all_seconds": fanout, "missing": 0},
     }  # fmt: skip
@@ -177,3 +179,4 @@ def test_comparison_ratios_are_cdc_sync_over_pgsync_and_name_pgsyncs_limits() ->
     assert "RAW: no baseline ran" in text
     assert "pgsync: 20 changes/s, scans/change by table: shop.orders 10.0" in text
     assert "p50/p99 s by probe kind: line -/- (1 unseen)" in text
+    assert "batches of 12 records every 0.50 s, 0.25 s of it documents" in text
