@@ -28,13 +28,17 @@ CONNECTOR = ROOT / "connectors" / "shop.json"
 
 def start_job(connections: Connections, run: Path, job_args: list[str]) -> JobProcess:
     """The job with its defaults plus `job_args` (the adversarial suite's smaller batches are
-    not wanted here); returns once its streaming query runs."""
+    not wanted here); returns once its streaming query runs, else stops it and raises."""
     job = JobProcess(
         MAPPING, run / "checkpoint", job_environment(connections, run / "state"), run / "job.log"
     )
     job.argv = [*job.argv[:6], "--checkpoint", str(run / "checkpoint"), *job_args]
     job.start()
-    job.wait_up(timeout_seconds=300)
+    try:
+        job.wait_up(timeout_seconds=300)
+    except BaseException:  # the caller never gets the job to stop: stop it here
+        job.stop()
+        raise
     return job
 
 
