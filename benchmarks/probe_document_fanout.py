@@ -52,6 +52,9 @@ class CountingWriter:
     def holds(self, alias: str) -> bool:
         return True
 
+    def highest_version(self, alias: str) -> int:
+        return 0
+
     def next_generation(self, route: TableRoute) -> str:
         raise AssertionError("no rebuild expected")
 
