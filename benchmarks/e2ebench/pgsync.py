@@ -154,6 +154,9 @@ def environment(
         "REDIS_PORT": str(cache.port or 6379),
         "REDIS_DB": cache.path.lstrip("/") or "0",
         "CHECKPOINT_PATH": str(workdir),
+        # A request timeout, not a tuning: pgsync's 10 s default times out its own initial
+        # bulks (5,000 nested documents) on the local search server at 50,000 orders.
+        "ELASTICSEARCH_TIMEOUT": "120",
     }
     if pg.password:
         settings["PG_PASSWORD"] = pg.password
