@@ -63,11 +63,6 @@ class Relation(Level):
     order_by: tuple[str, ...] = ()  # an array's order (child columns); default its key
     nested_type: NestedType = NestedType.OBJECT
 
-    def parent_columns(self) -> tuple[str, ...]:
-        """The parent's columns this relation joins on."""
-        pairs = self.through.on if self.through is not None else self.on
-        return tuple(parent for parent, _ in pairs)
-
 
 @dataclass(frozen=True)
 class DocumentSpec(Level):

@@ -68,19 +68,6 @@ def sort_key(values: Iterable[Any]) -> tuple[tuple[int, Any], ...]:
     return tuple(ranked)
 
 
-def matches(child: Row, parent: Row, pairs: Sequence[tuple[str, str]]) -> bool:
-    """`child` joins `parent` on every (parent column, child column) pair."""
-    for parent_column, child_column in pairs:
-        wanted = link_value(parent.doc.get(parent_column))
-        if wanted is None or wanted != link_value(child.doc.get(child_column)):
-            return False
-    return True
-
-
-def by_id(rows: Iterable[Row]) -> dict[str, Row]:
-    return {row.id: row for row in rows}
-
-
 def values_of(rows: Iterable[Row], column: str) -> set[str]:
     found = (link_value(row.doc.get(column)) for row in rows)
     return {value for value in found if value is not None}
