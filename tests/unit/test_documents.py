@@ -522,3 +522,23 @@ def test_a_placeholder_is_never_a_value_in_a_document(tmp_path: Path) -> None:
         {**folded([change("orders", order, False, 10)]), TableId("s", "customers"): [placeholder]},
     )
     assert index.docs["1"]["customer"] == {"id": 1}
+
+
+def test_a_full_batch_of_snapshot_rows_waits_for_the_end_of_the_backlog(tmp_path: Path) -> None:
+    mapping = load(tmp_path)
+    index = MemoryIndex()
+    sync = DocumentSync(mapping, tmp_path / "state.sqlite", index, full_batch=2)
+    sync.ensure_targets(SCHEMAS_BY_TABLE)
+
+    def read(table: str, row: dict[str, Any], last: bool = False) -> Change:
+        return dataclasses.replace(change(table, row, False, 10), op=Op.READ, ends_snapshot=last)
+
+    orders = [read("orders", {"id": i, "customer_id": 1, "status": "new"}) for i in (1, 2)]
+    sync.apply([], folded(orders), records=2)  # full, more behind it: not rendered yet
+    assert index.docs == {}
+    line = read("lines", {"order_id": 1, "line_no": 1, "product_id": 2, "qty": 3}, last=True)
+    customer = read("customers", {"id": 1, "name": "a"})
+    sync.apply([], folded([line, customer]), records=2)  # full, but a table's snapshot ended
+    assert set(index.docs) == {"1", "2"} and index.docs["1"]["lines"][0]["quantity"] == 3
+    sync.apply([], folded([read("customers", {"id": 1, "name": "b"})]), records=1)  # partial
+    assert index.docs["2"]["customer"] == {"id": 1, "name": "b"}

@@ -37,6 +37,9 @@ CREATE TABLE IF NOT EXISTS rows (
 CREATE TABLE IF NOT EXISTS links (
     tbl TEXT NOT NULL, col TEXT NOT NULL, val TEXT NOT NULL, id TEXT NOT NULL,
     PRIMARY KEY (tbl, col, val, id)) WITHOUT ROWID;
+-- A row's own join values, replaced on every change of the row: without it, each change's
+-- delete scans the table's every link (seen: a 20,000-row batch's merge slowing as rows grew).
+CREATE INDEX IF NOT EXISTS links_of_row ON links (tbl, id);
 CREATE TABLE IF NOT EXISTS matching (doc TEXT NOT NULL, id TEXT NOT NULL,
     PRIMARY KEY (doc, id)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS pending (doc TEXT NOT NULL, id TEXT NOT NULL,
@@ -166,6 +169,7 @@ class DocumentState:
         name = str(table)
         stored = self._stored(name, [e.id for e in entries])
         changed = Changed()
+        written: list[tuple[str, str, int, str, str | None]] = []
         for entry in entries:
             held = stored.get(entry.id)
             if held is not None and not entry.unversioned and held[0] > entry.version:
@@ -181,21 +185,16 @@ class DocumentState:
                 held_values = old.doc if old is not None else {}
                 doc = {**kept, **{c: held_values[c] for c in entry.unavailable if c in held_values}}
             version = entry.version if not entry.unversioned else (held[0] if held else -1)
-            self.conn.execute(
-                "INSERT OR REPLACE INTO rows VALUES (?, ?, ?, ?, ?)",
-                [
-                    name,
-                    entry.id,
-                    version,
-                    dumps(list(entry.key)),
-                    None if doc is None else dumps(doc),
-                ],
-            )
-            self.conn.execute("DELETE FROM links WHERE tbl = ? AND id = ?", [name, entry.id])
+            text = None if doc is None else dumps(doc)
+            written.append((name, entry.id, version, dumps(list(entry.key)), text))
             if doc is not None:
-                row = Row(entry.id, entry.key, doc)
-                self._link(name, row)
-                changed.after.append(row)
+                changed.after.append(Row(entry.id, entry.key, doc))
+        # In bulk: one statement each for the rows, their old join values and their new ones.
+        self.conn.executemany("INSERT OR REPLACE INTO rows VALUES (?, ?, ?, ?, ?)", written)
+        self.conn.executemany(
+            "DELETE FROM links WHERE tbl = ? AND id = ?", [(name, w[1]) for w in written]
+        )
+        self._link(name, changed.after)
         return changed
 
     def truncate(self, table: TableId, version: int) -> Changed:
@@ -206,12 +205,13 @@ class DocumentState:
             "SELECT id, key, doc FROM rows WHERE tbl = ? AND doc IS NOT NULL AND version < ?",
             [name, version],
         )
-        for row in removed:
-            self.conn.execute(
-                "UPDATE rows SET doc = NULL, version = ? WHERE tbl = ? AND id = ?",
-                [version - 1, name, row.id],
-            )
-            self.conn.execute("DELETE FROM links WHERE tbl = ? AND id = ?", [name, row.id])
+        self.conn.executemany(
+            "UPDATE rows SET doc = NULL, version = ? WHERE tbl = ? AND id = ?",
+            [(version - 1, name, row.id) for row in removed],
+        )
+        self.conn.executemany(
+            "DELETE FROM links WHERE tbl = ? AND id = ?", [(name, row.id) for row in removed]
+        )
         return Changed(removed, [], {row.id for row in removed})
 
     def set_matching(self, doc: str, matching: Iterable[str], not_matching: Iterable[str]) -> None:
@@ -283,11 +283,15 @@ class DocumentState:
                 found[ident] = (version, row)
         return found
 
-    def _link(self, name: str, row: Row) -> None:
-        columns = self.columns.get(TableId.parse(name), frozenset())
+    def _link(self, name: str, rows: Sequence[Row]) -> None:
+        columns = sorted(self.columns.get(TableId.parse(name), frozenset()))
         self.conn.executemany(
             "INSERT OR IGNORE INTO links VALUES (?, ?, ?, ?)",
-            [(name, column, value, row.id) for column, value in row_links(row, sorted(columns))],
+            [
+                (name, column, value, row.id)
+                for row in rows
+                for column, value in row_links(row, columns)
+            ],
         )
 
     def _reindex_changed_columns(self) -> None:
@@ -299,10 +303,8 @@ class DocumentState:
             if indexed.get(name) == columns:
                 continue
             self.conn.execute("DELETE FROM links WHERE tbl = ?", [name])
-            for row in self._rows(
-                "SELECT id, key, doc FROM rows WHERE tbl = ? AND doc IS NOT NULL", [name]
-            ):
-                self._link(name, row)
+            query = "SELECT id, key, doc FROM rows WHERE tbl = ? AND doc IS NOT NULL"
+            self._link(name, self._rows(query, [name]))
         self.conn.execute("INSERT OR REPLACE INTO meta VALUES ('links', ?)", [json.dumps(wanted)])
 
 

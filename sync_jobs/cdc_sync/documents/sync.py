@@ -84,7 +84,13 @@ class DocumentSync:
         state_path: Path,
         search: DocumentWriter,
         chunk: int = CHUNK,
+        full_batch: int | None = None,
     ) -> None:
+        """`full_batch`: records a batch holds at most (the source's maxOffsetsPerTrigger): a
+        full batch of snapshot rows has more behind it, so its roots wait for the batch that
+        ends the backlog and render once (an initial build renders a root once, not once per
+        table and batch that reaches it)."""
+        self.full_batch = full_batch
         self.mapping = mapping
         self.specs = dict(mapping.documents)
         self.state = DocumentState(state_path, self.specs.values())
@@ -94,9 +100,13 @@ class DocumentSync:
 
     @classmethod
     def beside_checkpoint(
-        cls, mapping: MappingFile, checkpoint: Path, search: DocumentWriter
+        cls,
+        mapping: MappingFile,
+        checkpoint: Path,
+        search: DocumentWriter,
+        full_batch: int | None = None,
     ) -> DocumentSync:
-        return cls(mapping, checkpoint / STATE_FILE, search)
+        return cls(mapping, checkpoint / STATE_FILE, search, full_batch=full_batch)
 
     def ensure_targets(self, schemas: Mapping[TableId, RowSchema]) -> None:
         """Each document index, before the stream starts: created (its mapping typed from
@@ -152,17 +162,34 @@ class DocumentSync:
             self.state.conn.execute("DELETE FROM pending WHERE doc = ?", [name])
 
     def apply(
-        self, truncates: Sequence[Truncate], changes: Mapping[TableId, Sequence[Change]]
+        self,
+        truncates: Sequence[Truncate],
+        changes: Mapping[TableId, Sequence[Change]],
+        records: int = 0,
     ) -> DocumentResult:
         """The batch's TRUNCATEs (applied first: the batch's changes are newer) and its changes
         (per document table: one per key, full rows, filled) into the state; then every pending
-        root rendered and written."""
+        root rendered and written, unless the batch is a full one of snapshot rows that ends no
+        table's snapshot (`records`: the batch's; see `full_batch`)."""
         wanted = {t for spec in self.specs.values() for t in spec.tables()}
         truncates = [t for t in truncates if t.table in wanted]
         changes = {t: list(found) for t, found in changes.items() if t in wanted and found}
         if truncates or changes:
             self._merge(truncates, changes)
+        if self._snapshot_continues(truncates, changes, records):
+            return DocumentResult()
         return self._render_pending()
+
+    def _snapshot_continues(
+        self,
+        truncates: Sequence[Truncate],
+        changes: Mapping[TableId, Sequence[Change]],
+        records: int,
+    ) -> bool:
+        if self.full_batch is None or records < self.full_batch or truncates or not changes:
+            return False
+        found = [c for batch in changes.values() for c in batch]
+        return all(c.op is Op.READ and not c.ends_snapshot for c in found)
 
     def close(self) -> None:
         self.state.close()

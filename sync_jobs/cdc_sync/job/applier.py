@@ -344,7 +344,7 @@ class BatchApplier:
             return []
         started = time.monotonic()
         changes = {table: found.get(DOCUMENTS_DEFERRED, []) for table, found in deferred.items()}
-        result = self.documents.apply(plan.truncates, changes)
+        result = self.documents.apply(plan.truncates, changes, plan.metrics.records)
         plan.metrics.timed("documents", started)
         plan.metrics.documents = result.rendered
         letters: list[DeadLetter] = []

@@ -281,7 +281,9 @@ class SyncJob:
         # The progress view first: its summary line precedes the batch line that ended it.
         batch_lines = BatchLine(lambda: self.watermarks.watermark)
         console = ([self.progress] if self.progress else []) + [batch_lines]
-        self.documents = build_documents(mapping, self.sinks, options.checkpoint_dir)
+        self.documents = build_documents(
+            mapping, self.sinks, options.checkpoint_dir, options.max_offsets_per_trigger
+        )
         # The accepted schemas belong to this query's checkpoint: a new checkpoint, a new baseline.
         self.applier = BatchApplier(
             mapping,
@@ -384,7 +386,7 @@ class SyncJob:
 
 
 def build_documents(
-    mapping: MappingFile, sinks: Sequence[Sink], checkpoint: Path
+    mapping: MappingFile, sinks: Sequence[Sink], checkpoint: Path, full_batch: int | None
 ) -> DocumentSync | None:
     """The document indices' step (mapping `documents`), writing through the search sink."""
     if not mapping.documents:
@@ -395,7 +397,7 @@ def build_documents(
         raise ConfigError(
             mapping.path, "documents", f"{names} need a search server: set CDC_SYNC_SEARCH_URL"
         )
-    return DocumentSync.beside_checkpoint(mapping, checkpoint, search)
+    return DocumentSync.beside_checkpoint(mapping, checkpoint, search, full_batch)
 
 
 def document_schemas(
