@@ -41,11 +41,13 @@ lint: install ## ruff + mypy + import contracts (layers only point down)
 	$(BIN)/mypy
 	PYTHONPATH=sync_jobs:connectors:infra $(BIN)/lint-imports
 
-bench: install ## benchmarks: Kafka source read rate, then end-to-end (BENCH_ARGS, e.g. --quick)
+bench: install ## benchmarks: Kafka source read rate, end-to-end (BENCH_ARGS, e.g. --quick), nested documents beside pgsync (DOCUMENTS_ARGS)
 	@echo "== benchmarks/bench_kafka_source.py"
 	$(BIN)/python benchmarks/bench_kafka_source.py
 	@echo "== benchmarks/bench_e2e.py $(BENCH_ARGS)"
 	PYTHONPATH=. $(BIN)/python benchmarks/bench_e2e.py $(BENCH_ARGS)
+	@echo "== benchmarks/bench_documents.py $(DOCUMENTS_ARGS)"
+	PYTHONPATH=. $(BIN)/python benchmarks/bench_documents.py $(DOCUMENTS_ARGS)
 
 bench-pgsync: install ## cdc-sync beside pgsync (own venv in .cdc-sync): same rows, workload, probes; ratios (PGSYNC_ARGS)
 	PYTHONPATH=. $(BIN)/python benchmarks/bench_pgsync.py $(PGSYNC_ARGS)

@@ -35,10 +35,18 @@ class RowSource(Protocol):
 
 
 def link_value(value: Any) -> str | None:
-    """A column's JSON value as the text rows join on; None (SQL NULL) joins nothing."""
+    """A column's JSON value as the text rows join on; None (SQL NULL) joins nothing. Tagged by
+    kind, so 1 and "1" differ as they do in JSON; integers and strings (nearly every key) skip
+    the JSON encoder, which a fan-out calls for every join value of every row."""
     if value is None:
         return None
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+    if isinstance(value, bool):
+        return "b:1" if value else "b:0"
+    if isinstance(value, int):
+        return f"i:{value}"
+    if isinstance(value, str):
+        return f"s:{value}"
+    return "j:" + json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
 def row_links(row: Row, columns: Iterable[str]) -> list[tuple[str, str]]:

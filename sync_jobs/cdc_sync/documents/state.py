@@ -26,6 +26,8 @@ from cdc_sync.core.model import TableId
 from cdc_sync.documents.rows import Row, dumps, json_object, row_links
 from cdc_sync.relations import DocumentSpec
 
+# Bumped when `rows.link_value` changes: the stored join values are indexed again at open.
+LINK_ENCODING = "link-encoding-2"
 # Values per IN (...) list: under SQLite's variable limit, and a bounded statement.
 _CHUNK = 500
 
@@ -140,7 +142,9 @@ class DocumentState:
         for part in _chunks(sorted(set(values))):
             marks = ",".join("?" * len(part))
             found += self._rows(
-                "SELECT DISTINCT r.id, r.key, r.doc FROM links l JOIN rows r "
+                # CROSS JOIN fixes the loop order: the links' index first, then each row by its
+                # key (left to itself the planner walked every row of the table instead).
+                "SELECT DISTINCT r.id, r.key, r.doc FROM links l CROSS JOIN rows r "
                 "ON r.tbl = l.tbl AND r.id = l.id "
                 f"WHERE l.tbl = ? AND l.col = ? AND l.val IN ({marks}) AND r.doc IS NOT NULL",
                 [str(table), column, *part],
@@ -296,7 +300,8 @@ class DocumentState:
 
     def _reindex_changed_columns(self) -> None:
         """A mapping that joins on other columns than the state was indexed for: index them."""
-        wanted = {str(t): sorted(c) for t, c in self.columns.items()}
+        # With the link encoding's version: a new encoding re-indexes every table.
+        wanted = {str(t): [LINK_ENCODING, *sorted(c)] for t, c in self.columns.items()}
         found = self.conn.execute("SELECT value FROM meta WHERE name = 'links'").fetchone()
         indexed = json.loads(found[0]) if found else {}
         for name, columns in wanted.items():
