@@ -52,7 +52,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(Path(__file__).resolve().parent)]  # tests.*, e2ebench.*
 
 from bench_e2e import PROBE_ROWS, SEARCH_SERVICE, job_log  # noqa: E402
-from bench_pgsync import TUNED, fresh_stack, tuning_setting  # noqa: E402
+from bench_pgsync import TUNED, add_run_options, fresh_stack, tuning_setting  # noqa: E402
 from e2ebench import pgsync  # noqa: E402
 from e2ebench.docprobe import DocumentSampler, count_documents  # noqa: E402
 from e2ebench.docreport import compare, render  # noqa: E402
@@ -99,28 +99,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--fanout", type=int, help="orders of the fan-out customer (1000)")
     parser.add_argument("--rates", default="20,100", help="changes/s ladder (20,100)")
     parser.add_argument("--step-seconds", type=float, help="seconds per step (60)")
-    parser.add_argument("--probe-interval", type=float, default=0.5, help="seconds between probes")
-    parser.add_argument(
-        "--drain-slack",
-        type=float,
-        default=10.0,
-        help="a step drains when a probe committed at its end shows within this many seconds",
-    )
-    parser.add_argument(
-        "--tune",
-        action="append",
-        metavar="KEY=VALUE",
-        help="a pgsync setting of the tuned column (repeatable; default "
-        + " ".join(f"{k}={v}" for k, v in TUNED.items())
-        + ")",
-    )
-    parser.add_argument(
-        "--systems", default=",".join(SYSTEMS), help=f"which to run, in order ({','.join(SYSTEMS)})"
-    )
-    parser.add_argument(
-        "--job-arg", action="append", default=[], help="extra `cdc-sync run` argument (repeatable)"
-    )
-    parser.add_argument("--broker", default="tansu", choices=("tansu", "noida"))
+    add_run_options(parser, SYSTEMS)
     parser.add_argument("--state-dir", default=".cdc-sync/bench-documents")
     parser.add_argument("--keep-state", action="store_true", help="keep each phase's stack data")
     parser.add_argument(

@@ -69,12 +69,9 @@ TUNED = {"REDIS_WRITE_CHUNK_SIZE": "1"}
 PROBE_TABLE = TableId("shop", "customers")
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--customers", type=int, default=5000, help="parent rows (5000)")
-    parser.add_argument("--orders", type=int, help="child rows (default 10 x customers)")
-    parser.add_argument("--rates", default="20,100", help="changes/s ladder (20,100)")
-    parser.add_argument("--step-seconds", type=float, default=60.0, help="seconds per step (60)")
+def add_run_options(parser: argparse.ArgumentParser, systems: tuple[str, ...]) -> None:
+    """The options a side-by-side run shares with bench_documents.py: probes, pgsync's tuned
+    column, which systems run, the job's extra arguments, the broker."""
     parser.add_argument("--probe-interval", type=float, default=0.5, help="seconds between probes")
     parser.add_argument(
         "--drain-slack",
@@ -91,12 +88,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         + ")",
     )
     parser.add_argument(
-        "--systems", default=",".join(SYSTEMS), help=f"which to run, in order ({','.join(SYSTEMS)})"
+        "--systems", default=",".join(systems), help=f"which to run, in order ({','.join(systems)})"
     )
     parser.add_argument(
         "--job-arg", action="append", default=[], help="extra `cdc-sync run` argument (repeatable)"
     )
     parser.add_argument("--broker", default="tansu", choices=("tansu", "noida"))
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--customers", type=int, default=5000, help="parent rows (5000)")
+    parser.add_argument("--orders", type=int, help="child rows (default 10 x customers)")
+    parser.add_argument("--rates", default="20,100", help="changes/s ladder (20,100)")
+    parser.add_argument("--step-seconds", type=float, default=60.0, help="seconds per step (60)")
+    add_run_options(parser, SYSTEMS)
     parser.add_argument("--state-dir", default=".cdc-sync/bench-pgsync")
     parser.add_argument("--keep-state", action="store_true", help="keep each phase's stack data")
     parser.add_argument(
