@@ -158,8 +158,7 @@ class DocumentSync:
                 done / max(time.monotonic() - started, 1e-6),
             )
         self.search.promote(spec.index, index)
-        with self.state.transaction():  # everything pending is in the new index now
-            self.state.conn.execute("DELETE FROM pending WHERE doc = ?", [name])
+        self.state.rendered(name)  # everything pending is in the new index now
 
     def apply(
         self,
