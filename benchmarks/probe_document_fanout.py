@@ -154,7 +154,6 @@ def main(argv: list[str] | None = None) -> int:
         state = Path(directory) / "state.sqlite"
         writer = CountingWriter()
         sync = DocumentSync(mapping, state, writer)
-        sync.routes = {}  # no targets: the writer keeps nothing
         load(sync, args.roots, args.lines)
         loaded = writer.documents
         rename = {"id": 1, "email": "a@x.org", "full_name": "Renamed", "tier": "gold"}

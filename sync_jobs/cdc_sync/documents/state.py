@@ -21,6 +21,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from cdc_sync.core.model import TableId
 from cdc_sync.documents.rows import Row, dumps, json_object, row_links
@@ -127,43 +128,29 @@ class DocumentState:
     # -- reads (RowSource) --------------------------------------------------------------------
 
     def rows(self, table: TableId, ids: Sequence[str]) -> list[Row]:
-        found: list[Row] = []
-        for part in _chunks(sorted(set(ids))):
-            marks = ",".join("?" * len(part))
-            found += self._rows(
-                f"SELECT id, key, doc FROM rows WHERE tbl = ? AND doc IS NOT NULL "
-                f"AND id IN ({marks})",
-                [str(table), *part],
-            )
-        return found
+        query = "SELECT id, key, doc FROM rows WHERE tbl = ? AND doc IS NOT NULL AND id IN ({})"
+        return [_row(*found) for found in self._select_in(query, [str(table)], ids)]
 
     def joined(self, table: TableId, column: str, values: Iterable[str]) -> list[Row]:
-        found: list[Row] = []
-        for part in _chunks(sorted(set(values))):
-            marks = ",".join("?" * len(part))
-            found += self._rows(
-                # CROSS JOIN fixes the loop order: the links' index first, then each row by its
-                # key (left to itself the planner walked every row of the table instead).
-                "SELECT DISTINCT r.id, r.key, r.doc FROM links l CROSS JOIN rows r "
-                "ON r.tbl = l.tbl AND r.id = l.id "
-                f"WHERE l.tbl = ? AND l.col = ? AND l.val IN ({marks}) AND r.doc IS NOT NULL",
-                [str(table), column, *part],
-            )
-        return found
-
-    def all_ids(self, table: TableId) -> Iterator[str]:
-        """The doc ids of the table's present rows, in order (a rebuild's roots)."""
-        cursor = self.conn.execute(
-            "SELECT id FROM rows WHERE tbl = ? AND doc IS NOT NULL ORDER BY id", [str(table)]
+        # CROSS JOIN fixes the loop order: the links' index first, then each row by its key
+        # (left to itself the planner walked every row of the table instead).
+        query = (
+            "SELECT DISTINCT r.id, r.key, r.doc FROM links l CROSS JOIN rows r "
+            "ON r.tbl = l.tbl AND r.id = l.id "
+            "WHERE l.tbl = ? AND l.col = ? AND l.val IN ({}) AND r.doc IS NOT NULL"
         )
-        for (ident,) in cursor:
-            yield ident
+        return [_row(*found) for found in self._select_in(query, [str(table), column], values)]
+
+    def present_ids(self, table: TableId, limit: int) -> Iterator[list[str]]:
+        """The doc ids of the table's present rows, in chunks of `limit`, in id order (a
+        rebuild's roots)."""
+        query = (
+            "SELECT id FROM rows WHERE tbl = ? AND doc IS NOT NULL AND id > ? ORDER BY id LIMIT ?"
+        )
+        return self._pages(query, str(table), limit)
 
     def _rows(self, query: str, params: Sequence[object]) -> list[Row]:
-        return [
-            Row(ident, tuple(json.loads(key)), json_object(doc))
-            for ident, key, doc in self.conn.execute(query, params)
-        ]
+        return [_row(*found) for found in self.conn.execute(query, params)]
 
     # -- writes (inside `transaction`) ----------------------------------------------------------
 
@@ -198,7 +185,7 @@ class DocumentState:
         self.conn.executemany(
             "DELETE FROM links WHERE tbl = ? AND id = ?", [(name, w[1]) for w in written]
         )
-        self._link(name, changed.after)
+        self._link(table, changed.after)
         return changed
 
     def truncate(self, table: TableId, version: int) -> Changed:
@@ -226,26 +213,16 @@ class DocumentState:
         self.conn.executemany("INSERT OR IGNORE INTO matching VALUES (?, ?)", _pairs(doc, matching))
 
     def matching(self, doc: str, ids: Sequence[str]) -> set[str]:
-        found: set[str] = set()
-        for part in _chunks(sorted(set(ids))):
-            marks = ",".join("?" * len(part))
-            query = f"SELECT id FROM matching WHERE doc = ? AND id IN ({marks})"
-            found.update(i for (i,) in self.conn.execute(query, [doc, *part]))
-        return found
+        query = "SELECT id FROM matching WHERE doc = ? AND id IN ({})"
+        return {ident for (ident,) in self._select_in(query, [doc], ids)}
 
     def add_pending(self, doc: str, ids: Iterable[str]) -> None:
         self.conn.executemany("INSERT OR IGNORE INTO pending VALUES (?, ?)", _pairs(doc, ids))
 
     def pending(self, doc: str, limit: int) -> Iterator[list[str]]:
         """The roots still to render, in chunks of `limit`, in id order."""
-        last = ""
-        while True:
-            query = "SELECT id FROM pending WHERE doc = ? AND id > ? ORDER BY id LIMIT ?"
-            chunk = [i for (i,) in self.conn.execute(query, [doc, last, limit])]
-            if not chunk:
-                return
-            yield chunk
-            last = chunk[-1]
+        query = "SELECT id FROM pending WHERE doc = ? AND id > ? ORDER BY id LIMIT ?"
+        return self._pages(query, doc, limit)
 
     def rendered(self, doc: str) -> None:
         """Every pending root of `doc` is in the search server now."""
@@ -278,17 +255,35 @@ class DocumentState:
     # -- internals --------------------------------------------------------------------------
 
     def _stored(self, name: str, ids: Sequence[str]) -> dict[str, tuple[int, Row | None]]:
-        found: dict[str, tuple[int, Row | None]] = {}
-        for part in _chunks(sorted(set(ids))):
-            marks = ",".join("?" * len(part))
-            query = f"SELECT id, version, key, doc FROM rows WHERE tbl = ? AND id IN ({marks})"
-            for ident, version, key, doc in self.conn.execute(query, [name, *part]):
-                row = Row(ident, tuple(json.loads(key)), json_object(doc)) if doc else None
-                found[ident] = (version, row)
-        return found
+        query = "SELECT id, version, key, doc FROM rows WHERE tbl = ? AND id IN ({})"
+        return {
+            ident: (version, _row(ident, key, doc) if doc else None)
+            for ident, version, key, doc in self._select_in(query, [name], ids)
+        }
 
-    def _link(self, name: str, rows: Sequence[Row]) -> None:
-        columns = sorted(self.columns.get(TableId.parse(name), frozenset()))
+    def _select_in(
+        self, query: str, params: Sequence[object], values: Iterable[str]
+    ) -> Iterator[tuple[Any, ...]]:
+        """`query`'s rows, its `IN ({})` filled with `values` a bounded chunk at a time."""
+        ordered = sorted(set(values))
+        for start in range(0, len(ordered), _CHUNK):
+            part = ordered[start : start + _CHUNK]
+            marks = ",".join("?" * len(part))
+            yield from self.conn.execute(query.format(marks), [*params, *part])
+
+    def _pages(self, query: str, owner: str, limit: int) -> Iterator[list[str]]:
+        """Ids `query` selects after the last one seen (`id > ?`), `limit` at a time: a page is
+        read fresh each time, so the caller may write between pages."""
+        last = ""
+        while True:
+            page = [ident for (ident,) in self.conn.execute(query, [owner, last, limit])]
+            if not page:
+                return
+            yield page
+            last = page[-1]
+
+    def _link(self, table: TableId, rows: Sequence[Row]) -> None:
+        name, columns = str(table), sorted(self.columns.get(table, frozenset()))
         self.conn.executemany(
             "INSERT OR IGNORE INTO links VALUES (?, ?, ?, ?)",
             [
@@ -302,20 +297,18 @@ class DocumentState:
         """A mapping that joins on other columns than the state was indexed for: index them."""
         # With the link encoding's version: a new encoding re-indexes every table.
         wanted = {str(t): [LINK_ENCODING, *sorted(c)] for t, c in self.columns.items()}
-        found = self.conn.execute("SELECT value FROM meta WHERE name = 'links'").fetchone()
-        indexed = json.loads(found[0]) if found else {}
-        for name, columns in wanted.items():
-            if indexed.get(name) == columns:
+        indexed = json.loads(self.meta("links") or "{}")
+        for table in self.columns:
+            if indexed.get(str(table)) == wanted[str(table)]:
                 continue
-            self.conn.execute("DELETE FROM links WHERE tbl = ?", [name])
+            self.conn.execute("DELETE FROM links WHERE tbl = ?", [str(table)])
             query = "SELECT id, key, doc FROM rows WHERE tbl = ? AND doc IS NOT NULL"
-            self._link(name, self._rows(query, [name]))
-        self.conn.execute("INSERT OR REPLACE INTO meta VALUES ('links', ?)", [json.dumps(wanted)])
+            self._link(table, self._rows(query, [str(table)]))
+        self.set_meta("links", json.dumps(wanted))
 
 
-def _chunks(values: Sequence[str]) -> Iterator[Sequence[str]]:
-    for start in range(0, len(values), _CHUNK):
-        yield values[start : start + _CHUNK]
+def _row(ident: str, key: str, doc: str) -> Row:
+    return Row(ident, tuple(json.loads(key)), json_object(doc))
 
 
 def _pairs(doc: str, ids: Iterable[str]) -> list[tuple[str, str]]:

@@ -18,7 +18,7 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -96,7 +96,7 @@ class DocumentSync:
         self.state = DocumentState(state_path, self.specs.values())
         self.search = search
         self.chunk = chunk
-        self.routes: dict[str, TableRoute] = {}
+        self.tables = frozenset(t for spec in self.specs.values() for t in spec.tables())
 
     @classmethod
     def beside_checkpoint(
@@ -114,18 +114,18 @@ class DocumentSync:
         new concrete index behind the alias when its spec changed since the state last wrote
         it. A build renders every root from the state, then points the alias at it."""
         for name, spec in self.specs.items():
-            policies = self.mapping.policies_for(spec.table)
-            route = self.routes[name] = document_route(spec, schemas, policies)
+            route = document_route(spec, schemas, self.mapping.policies_for(spec.table))
             fingerprint = _fingerprint(spec, route)
             key = f"fingerprint:{name}"
-            if self.state.meta(key) is None and self.search.holds(spec.index):
+            held = self.search.holds(spec.index)
+            if self.state.meta(key) is None and held:
                 # A new state (a new checkpoint replaying the topics) beside an index written
                 # before: its documents carry versions this state has not reached yet, and every
                 # render must overwrite them (a delete of a root included), so start above.
                 with self.state.transaction():
                     self.state.raise_version(self.search.highest_version(spec.index))
             stale = self.state.meta(key) not in (None, fingerprint)
-            if self.state.count(spec.table) and (stale or not self.search.holds(spec.index)):
+            if self.state.count(spec.table) and (stale or not held):
                 self._build(name, spec, route)
             else:
                 self.search.ensure_target(route, None)
@@ -139,7 +139,7 @@ class DocumentSync:
         total = self.state.count(spec.table)
         started, done = time.monotonic(), 0
         version = self.state.version()
-        for chunk in _chunked(self.state.all_ids(spec.table), self.chunk):
+        for chunk in self.state.present_ids(spec.table, self.chunk):
             actions = self._actions(name, spec, chunk, version)
             written = self.search.write_documents(index, [a for a in actions if a.op == "index"])
             if written.failures:
@@ -170,9 +170,8 @@ class DocumentSync:
         (per document table: one per key, full rows, filled) into the state; then every pending
         root rendered and written, unless the batch is a full one of snapshot rows that ends no
         table's snapshot (`records`: the batch's; see `full_batch`)."""
-        wanted = {t for spec in self.specs.values() for t in spec.tables()}
-        truncates = [t for t in truncates if t.table in wanted]
-        changes = {t: list(found) for t, found in changes.items() if t in wanted and found}
+        truncates = [t for t in truncates if t.table in self.tables]
+        changes = {t: list(found) for t, found in changes.items() if t in self.tables and found}
         if truncates or changes:
             self._merge(truncates, changes)
         if self._snapshot_continues(truncates, changes, records):
@@ -235,11 +234,9 @@ class DocumentSync:
         result = DocumentResult()
         version = self.state.version()
         for name, spec in self.specs.items():
-            route = self.routes.get(name)
-            alias = route.search.index if route is not None and route.search else spec.index
             for chunk in self.state.pending(name, self.chunk):
                 actions = self._actions(name, spec, chunk, version)
-                written = self.search.write_documents(alias, actions)
+                written = self.search.write_documents(spec.index, actions)
                 result.writes[name] = result.writes.get(name, WriteResult()).merge(written)
                 result.rendered += len(actions)
             self.state.rendered(name)
@@ -262,17 +259,6 @@ def _fingerprint(spec: DocumentSpec, route: TableRoute) -> str:
     mapping = route.search.mapping if route.search is not None else {}
     text = json.dumps([repr(spec), mapping], sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()
-
-
-def _chunked(ids: Iterator[str], size: int) -> Iterator[list[str]]:
-    chunk: list[str] = []
-    for ident in ids:
-        chunk.append(ident)
-        if len(chunk) == size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
 
 
 def _action(
