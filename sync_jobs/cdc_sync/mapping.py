@@ -222,6 +222,10 @@ class MappingFile:
             return f"{self.path}: tables.{table}.{policy} (or defaults.{policy})"
         return f"{self.path}: defaults.{policy}"
 
+    def document_filter_path(self, name: str) -> str:
+        """Where document `name`'s root filter is set, for errors naming it."""
+        return f"{self.path}: documents.{name}.filter"
+
     def tombstone_delete_tables(self) -> frozenset[str]:
         """Routed tables (`schema.table`) whose tombstones are deletes (`on_tombstone: delete`)."""
         return frozenset(

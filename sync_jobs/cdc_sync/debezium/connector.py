@@ -22,6 +22,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from cdc_sync.core.errors import ConfigError
 from cdc_sync.core.model import TableId
+from cdc_sync.schema.catalog import ConverterModes
 
 POSTGRES_CONNECTOR = "io.debezium.connector.postgresql.PostgresConnector"
 JSON_CONVERTER = "org.apache.kafka.connect.json.JsonConverter"
@@ -106,6 +107,11 @@ def load_connector(path: Path) -> ConnectorFile:
         if not config.get(key):
             raise ConfigError(path, f"config.{key}", "is required")
     return ConnectorFile(path, doc["name"], config)
+
+
+def converter_modes(connector: Path | None) -> ConverterModes:
+    """How a connector file encodes values (Debezium's defaults without one)."""
+    return ConverterModes.from_connector(load_connector(connector).config if connector else {})
 
 
 def pg_env_from_url(pg_url: str) -> dict[str, str]:

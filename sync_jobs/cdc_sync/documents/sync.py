@@ -32,8 +32,7 @@ from cdc_sync.documents.target import document_route
 from cdc_sync.mapping import MappingFile, TableRoute
 from cdc_sync.relations import DocumentSpec
 from cdc_sync.schema import RowSchema
-from cdc_sync.shape.changes import row_batch
-from cdc_sync.shape.engine import evaluate, predicate
+from cdc_sync.shape.changes import filter_flags
 from cdc_sync.sinks.base import WriteResult
 from cdc_sync.sinks.documents import json_document
 from cdc_sync.sinks.search.actions import BulkAction
@@ -214,20 +213,17 @@ class DocumentSync:
 
     def _filter_roots(self, name: str, spec: DocumentSpec, changes: Sequence[Change]) -> None:
         """Which of the batch's root rows match the document's filter (SQL over the full row)."""
-        rows = [c for c in changes if c.row is not None]
-        schema = next((c.schema for c in reversed(rows) if c.schema is not None), None)
-        if schema is None or not rows or spec.filter is None:
+        live = [c for c in changes if c.row is not None]
+        schema = next((c.schema for c in reversed(live) if c.schema is not None), None)
+        if schema is None or not live or spec.filter is None:
             return
-        path = f"{self.mapping.path}: documents.{name}.filter"
-        result = evaluate(
-            row_batch(schema, [c.row for c in rows if c.row is not None]),
-            {"matches": predicate([(path, spec.filter)])},
-        ).column("matches")
-        flags = result.to_pylist()
+        filters = [(self.mapping.document_filter_path(name), spec.filter)]
+        flags = filter_flags(schema, [c.row for c in live if c.row is not None], filters)
+        ids = [c.doc_id for c in live]
         self.state.set_matching(
             name,
-            [c.doc_id for c, ok in zip(rows, flags, strict=True) if ok],
-            [c.doc_id for c, ok in zip(rows, flags, strict=True) if not ok],
+            [ident for ident, ok in zip(ids, flags, strict=True) if ok],
+            [ident for ident, ok in zip(ids, flags, strict=True) if not ok],
         )
 
     def _render_pending(self) -> DocumentResult:

@@ -23,7 +23,7 @@ from cdc_sync.core.retry import (
     RetryPolicy,
 )
 from cdc_sync.core.settings import Connections, state_dir
-from cdc_sync.debezium.connector import load_connector
+from cdc_sync.debezium.connector import converter_modes as connector_modes
 from cdc_sync.debezium.database import SourceDatabase, source_database
 from cdc_sync.documents import DocumentSync
 from cdc_sync.job.applier import BatchApplier, BatchObserver
@@ -197,8 +197,7 @@ def _driver_host(spark: SparkSession) -> str:
 
 def converter_modes(mapping: MappingFile) -> ConverterModes:
     """How the mapping's connector encodes values (Debezium's defaults without a connector)."""
-    config = load_connector(mapping.connector).config if mapping.connector else {}
-    return ConverterModes.from_connector(config)
+    return connector_modes(mapping.connector)
 
 
 class SyncJob:

@@ -147,6 +147,14 @@ def _evaluated(
     return values
 
 
+def filter_flags(
+    schema: RowSchema, rows: Sequence[Mapping[str, Any]], filters: Sequence[tuple[str, str]]
+) -> list[bool]:
+    """Whether each row (decoded values) matches every (path, SQL) filter; NULL does not."""
+    result = evaluate(row_batch(schema, rows), {"matches": predicate(filters)})
+    return [bool(flag) for flag in result.column("matches").to_pylist()]
+
+
 def row_batch(schema: RowSchema, rows: Sequence[Mapping[str, Any]]) -> pa.Table:
     """Rows (decoded values, source column names) as an Arrow table of `schema`."""
     target = arrow_schema(schema)

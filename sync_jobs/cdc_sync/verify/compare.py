@@ -25,7 +25,7 @@ from psycopg.adapt import Loader
 
 from cdc_sync.core.model import TableId, document_id
 from cdc_sync.core.settings import Connections
-from cdc_sync.debezium.connector import load_connector
+from cdc_sync.debezium.connector import converter_modes
 from cdc_sync.debezium.database import SourceDatabase, source_database
 from cdc_sync.mapping import MappingFile, TableRoute
 from cdc_sync.schema import RowSchema
@@ -317,7 +317,7 @@ def document_comparison(
 ) -> TableComparison:
     """A document index against the documents Postgres's rows render to now."""
     spec = mapping.documents[name]
-    where = f"{mapping.path}: documents.{name}.filter"
+    where = mapping.document_filter_path(name)
     raw = expected_documents(conn, spec, modes, where)
     expected = {ident: canonical_row(doc) for ident, doc in raw.items()}
     held = search_readback.documents(backend, spec.index)
@@ -382,9 +382,7 @@ def verify_all(
         else None
     )
     report: list[TableComparison] = []
-    modes = ConverterModes.from_connector(
-        load_connector(mapping.connector).config if mapping.connector else {}
-    )
+    modes = converter_modes(mapping.connector)
     try:
         with psycopg.connect(source.conninfo) as conn:
             register_loaders(conn)

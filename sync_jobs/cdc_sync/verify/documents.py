@@ -18,10 +18,10 @@ from cdc_sync.core.model import TableId, document_id
 from cdc_sync.documents.render import render
 from cdc_sync.documents.rows import Row, link_value
 from cdc_sync.relations import DocumentSpec
+from cdc_sync.schema import RowSchema
 from cdc_sync.schema.catalog import ConverterModes, primary_key_columns, row_schema_from_catalog
 from cdc_sync.schema.source_rows import read_table
-from cdc_sync.shape.changes import row_batch
-from cdc_sync.shape.engine import evaluate, predicate
+from cdc_sync.shape.changes import filter_flags
 from cdc_sync.sinks.documents import json_document
 
 
@@ -32,11 +32,12 @@ class PostgresRows:
         self.conn, self.modes = conn, modes
         self._rows: dict[TableId, list[Row]] = {}
         self._typed: dict[TableId, list[dict[str, Any]]] = {}
+        self._schemas: dict[TableId, RowSchema] = {}
         self._indexes: dict[tuple[TableId, str], dict[str, list[Row]]] = {}
 
     def table(self, table: TableId) -> list[Row]:
         if table not in self._rows:
-            schema = row_schema_from_catalog(self.conn, table, self.modes)
+            schema = self._schemas[table] = row_schema_from_catalog(self.conn, table, self.modes)
             key = primary_key_columns(self.conn, table)
             typed = self._typed[table] = read_table(self.conn, table, schema.columns, self.modes)
             rows = []
@@ -67,12 +68,9 @@ class PostgresRows:
         rows = self.table(spec.table)
         if spec.filter is None or not rows:
             return rows
-        schema = row_schema_from_catalog(self.conn, spec.table, self.modes)
-        flags = evaluate(
-            row_batch(schema, self._typed[spec.table]),
-            {"matches": predicate([(where, spec.filter)])},
-        ).column("matches")
-        return [row for row, ok in zip(rows, flags.to_pylist(), strict=True) if ok]
+        schema, typed = self._schemas[spec.table], self._typed[spec.table]
+        flags = filter_flags(schema, typed, [(where, spec.filter)])
+        return [row for row, ok in zip(rows, flags, strict=True) if ok]
 
 
 def expected_documents(

@@ -18,9 +18,8 @@ import psycopg
 from cdc_sync.core.model import Change, Coordinates, Op
 from cdc_sync.core.retry import DEFAULT_POLICY, RetryPolicy, retried
 from cdc_sync.core.settings import Connections
-from cdc_sync.debezium.connector import load_connector
+from cdc_sync.debezium.connector import converter_modes
 from cdc_sync.mapping import MappingFile, SearchRoute, TableRoute
-from cdc_sync.schema.catalog import ConverterModes
 from cdc_sync.sinks.base import Sink
 from cdc_sync.sinks.delta import DeltaSink
 from cdc_sync.sinks.delta import is_transient as delta_transient
@@ -186,11 +185,8 @@ def delete_extra_documents(
     route = TableRoute(
         spec.table, None, {}, SearchRoute(spec.index), None, None, mapping.policies_for(spec.table)
     )
-    modes = ConverterModes.from_connector(
-        load_connector(mapping.connector).config if mapping.connector else {}
-    )
-    where = f"{mapping.path}: documents.{name}.filter"
-    roots = PostgresRows(conn, modes)
+    where = mapping.document_filter_path(name)
+    roots = PostgresRows(conn, converter_modes(mapping.connector))
     return delete_extra_rows(
         sinks, "search", route, [ID_COLUMN], ids, lambda: {r.id for r in roots.roots(spec, where)}
     )
