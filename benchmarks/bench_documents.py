@@ -38,9 +38,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
-import platform
-import signal
 import sys
 import threading
 import time
@@ -52,7 +49,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(Path(__file__).resolve().parent)]  # tests.*, e2ebench.*
 
 from bench_e2e import PROBE_ROWS, SEARCH_SERVICE, job_log  # noqa: E402
-from bench_pgsync import TUNED, add_run_options, fresh_stack, tuning_setting  # noqa: E402
+from bench_pgsync import (  # noqa: E402
+    TUNED,
+    add_run_options,
+    fresh_stack,
+    run_header,
+    start_process,
+    tuning_setting,
+)
 from e2ebench import pgsync  # noqa: E402
 from e2ebench.docprobe import DocumentSampler, count_documents  # noqa: E402
 from e2ebench.docreport import compare, render  # noqa: E402
@@ -334,21 +338,12 @@ def run_cdc_sync(args: argparse.Namespace, mapping: MappingFile, run_dir: Path) 
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    for noisy in ("py4j", "urllib3", "opensearch", "elastic_transport"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    # A SIGTERM unwinds like Ctrl-C: each phase's `finally` stops what it started, by PID.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    start_process()
     args = parse_args(argv)
     mapping = load_mapping(MAPPING)
     base = Path(args.state_dir).resolve() / f"run-{int(time.time())}"
     result: dict[str, Any] = {
-        "started": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": f"{platform.node()}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}",
-        "options": {k: v for k, v in vars(args).items() if k not in ("output", "tune")},
+        **run_header(args),
         "baseline": None,
         "systems": {},
     }

@@ -321,7 +321,8 @@ def render(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
+def start_process() -> None:
+    """Logging, the job's Python, and SIGTERM as Ctrl-C: what a side-by-side run needs first."""
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -330,13 +331,24 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     # A SIGTERM unwinds like Ctrl-C: each phase's `finally` stops what it started, by PID.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+
+
+def run_header(args: argparse.Namespace) -> dict[str, Any]:
+    """The JSON's first keys: when, on what machine (and its load), with which options."""
+    return {
+        "started": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": f"{platform.node()}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}",
+        "options": {k: v for k, v in vars(args).items() if k not in ("output", "tune")},
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    start_process()
     args = parse_args(argv)
     mapping = load_mapping(MAPPING)
     base = Path(args.state_dir).resolve() / f"run-{int(time.time())}"
     result: dict[str, Any] = {
-        "started": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": f"{platform.node()}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}",
-        "options": {k: v for k, v in vars(args).items() if k not in ("output", "tune")},
+        **run_header(args),
         "systems": {},
     }
     default = ROOT / "benchmarks" / "results" / f"pgsync-{datetime.now(UTC):%Y-%m-%d-%H%M}.json"
