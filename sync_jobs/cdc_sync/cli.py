@@ -87,6 +87,11 @@ def job_options(args: argparse.Namespace, defaults: JobOptions) -> JobOptions:
         driver_batch_max_records=_given(
             args.driver_batch_records, defaults.driver_batch_max_records
         ),
+        consumers=(
+            frozenset(name.strip() for name in args.consumers.split(",") if name.strip())
+            if args.consumers
+            else None
+        ),
     )
 
 
@@ -503,6 +508,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--available-now", action="store_true", help="process what is in the topics, then stop"
+    )
+    run.add_argument(
+        "--consumers",
+        metavar="NAMES",
+        help="run only these consumers of the log, comma-separated (search, redis, delta, "
+        "documents:<name>); each has its own checkpoint, so another application can run the "
+        "rest (default: every consumer the mapping needs)",
     )
     run.set_defaults(handler=cmd_run)
 
