@@ -70,12 +70,17 @@ def consumer_checkpoint(root: Path, name: str) -> Path:
 
 
 def plan_consumers(
-    mapping: MappingFile, root: Path, only: Collection[str] | None = None
+    mapping: MappingFile,
+    root: Path,
+    only: Collection[str] | None = None,
+    check_layout: bool = True,
 ) -> list[Consumer]:
     """The consumers to run (`only`: a subset by name, e.g. to run the documents in another
     application), each on its checkpoint under `root`. Refuses a checkpoint of the earlier
-    layout (one query for every sink), which no consumer could resume."""
-    refuse_single_query_checkpoint(root)
+    layout (one query for every sink), which no consumer could resume (unless not
+    `check_layout`: readers that report it themselves)."""
+    if check_layout:
+        refuse_single_query_checkpoint(root)
     names = consumer_names(mapping)
     if only is not None:
         unknown = sorted(set(only) - set(names))

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 
 import psycopg
 from pyspark.sql import SparkSession
@@ -87,10 +87,19 @@ class QueryGroup:
                 return ConsumerFailed(name, error)
         return None
 
-    def stop(self) -> None:
-        """Stop every query at once (each waits for its current batch)."""
-        with ThreadPoolExecutor(max(1, len(self.queries)), "cdc-sync-stop") as pool:
-            list(pool.map(lambda query: query.stop(), self.queries.values()))
+    def stop(self, timeout: float | None = None) -> bool:
+        """Stop every query at once (each waits for its batch in progress); with `timeout`,
+        wait that long at most. True when every query stopped."""
+        stopping = [
+            threading.Thread(target=query.stop, name=f"cdc-sync-stop-{name}", daemon=True)
+            for name, query in self.queries.items()
+        ]
+        for thread in stopping:
+            thread.start()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for thread in stopping:
+            thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        return not any(thread.is_alive() for thread in stopping)
 
 
 class ConsumerFailed(RuntimeError):
