@@ -47,6 +47,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 POLL_SECONDS = 0.1  # how often a wait on the queries looks whether one ended
+INITIALIZE_SECONDS = 30.0  # a query's sources start within this, or the next starts anyway
 
 
 class QueryGroup:
@@ -187,7 +188,14 @@ class SyncJob:
         )
         if self.progress is not None:
             self.progress.start()
-        started = {consumer.name: consumer.start(available_now) for consumer in self.consumers}
+        started = {}
+        for consumer in self.consumers:
+            # One after the other: each query starts a Python process for its source (Python
+            # Data Source), and Spark 4.2's factory of such processes is not safe for
+            # concurrent starts: of four queries started at once, two or three failed with
+            # "Python worker failed to connect back" (repeatable, on an idle machine too).
+            started[consumer.name] = query = consumer.start(available_now)
+            _wait_initialized(query, INITIALIZE_SECONDS)
         self.query = QueryGroup(started)
         return self.query
 
@@ -212,6 +220,19 @@ class SyncJob:
         if self.progress is not None:
             self.progress.close()
         self.relay.close()
+
+
+# StreamingQuery.status messages before its sources (and their Python process) exist.
+INITIALIZING = ("Initializing StreamExecution", "Initializing sources")
+
+
+def _wait_initialized(query: StreamingQuery, timeout: float) -> None:
+    """Until the query's sources are initialized (or it ended, or `timeout` passed)."""
+    deadline = time.monotonic() + timeout
+    while query.isActive and time.monotonic() < deadline:
+        if query.status.get("message") not in INITIALIZING:
+            return
+        time.sleep(POLL_SECONDS)
 
 
 def _driver_host(spark: SparkSession) -> str:
