@@ -80,7 +80,9 @@ def order_key(change: Change) -> tuple[int, int, int]:
 
 def fold(older: Change, newer: Change) -> Change:
     """The state after applying `newer` on top of `older` (same table and key)."""
-    if newer.is_delete or not newer.unavailable_columns or older.is_delete or older.row is None:
+    if newer.is_delete:
+        return _deleting(older, newer)
+    if not newer.unavailable_columns or older.is_delete or older.row is None:
         return newer
     assert newer.row is not None
     # An uncertain placeholder may be a real null that replaced the older value: not filled.
@@ -96,6 +98,19 @@ def fold(older: Change, newer: Change) -> Change:
         row={**newer.row, **recovered},
         unavailable_columns=newer.unavailable_columns - recovered.keys(),
     )
+
+
+def _deleting(older: Change, delete: Change) -> Change:
+    """`delete` with the row it removes when the batch holds it whole (`Change.deleted_row`:
+    what a soft-delete sink's filter reads): dropping the older change must not drop the
+    fact that the row had left a filter before it was deleted."""
+    if older.is_delete:
+        row = older.deleted_row  # a tombstone after its delete event
+    elif older.row is not None and not older.unavailable_columns:
+        row = older.row
+    else:
+        row = None  # partly unknown: the sink's stored row decides (`Change.marks_deleted`)
+    return delete if row is None else dataclasses.replace(delete, deleted_row=row)
 
 
 def version_tombstones(
