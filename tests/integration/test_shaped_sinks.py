@@ -46,7 +46,7 @@ def target(
     request: pytest.FixtureRequest, tmp_path: Path
 ) -> Iterator[tuple[TableRoute, Sink, Rows]]:
     tag = uuid.uuid4().hex[:8]
-    section, _, client = str(request.param).partition("-")
+    section, _, kind = str(request.param).partition("-")
     mapping = tmp_path / "m.yaml"
     mapping.write_text(
         "version: 1\nsource: {topic_prefix: cdc}\ntables:\n  shop.products:\n"
@@ -57,7 +57,7 @@ def target(
     route = load_mapping(mapping).tables[TABLE]
     sink: Any
     if section == "search":
-        sink = SearchSink(client or "opensearch", request.getfixturevalue("search_url"), 3600)
+        sink = SearchSink(kind or "opensearch", request.getfixturevalue("search_url"), 3600)
         assert route.search is not None
         alias = route.search.index
 

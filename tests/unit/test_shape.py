@@ -336,3 +336,8 @@ def test_verify_expects_a_marked_row_exactly_where_postgres_lacks_it(tmp_path: P
     # A sink without soft deletes counts every row it holds that Postgres lacks.
     plain = compare_sink(route, "search", expected, actual)
     assert plain.extra == ["3", "4"]
+    # Postgres holds 5, which the sink's filter excludes: its marked row is extra; 6 is a
+    # marked row the sink cannot have marked (`verify.soft_deletes`): extra too.
+    actual |= {"5": {"id": "5", "_deleted": True}, "6": {"id": "6", "_deleted": True}}
+    checked = compare_sink(route, "cache", expected, actual, {"1", "2", "5"}, {"6"})
+    assert (checked.missing, checked.extra, checked.different) == ([], ["4", "5", "6"], ["2"])
