@@ -10,6 +10,10 @@ change just before it in the log (the delete event it follows, normally), or, wh
 none (the log cleaner removed it, or it sits in an earlier batch), stays UNVERSIONED: the sinks
 then delete whatever they hold, and every change after it in the log still wins.
 
+A delete keeps the row it removes when the batch holds it whole (`Change.deleted_row`): the
+newest change wins, but a soft-delete sink with a filter must know whether the row still matched
+when it was deleted (docs/mappings.md "Soft deletes").
+
 Deferrable-key swaps. Keyed by primary key, a transaction that swaps two rows' keys (`UPDATE t
 SET id = 3 - id` on a DEFERRABLE key) reads d(1) ts(1) c(2) d(2) ts(2) c(1): key 2's last change
 is a delete though Postgres holds key 2. A chain 5 -> 6 -> 5 in one transaction emits the same
