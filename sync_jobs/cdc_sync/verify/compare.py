@@ -44,7 +44,7 @@ from cdc_sync.sinks.redis import readback as cache_readback
 from cdc_sync.sinks.search import readback as search_readback
 from cdc_sync.sinks.search.backends import SearchBackend, open_backend
 from cdc_sync.verify.documents import expected_documents
-from cdc_sync.verify.soft_deletes import misplaced_marks
+from cdc_sync.verify.soft_deletes import SoftDeleteSink
 
 Rows = dict[str, dict[str, Any]]  # doc id -> canonical row
 _NUMERIC = re.compile(r"-?\d+(\.\d+)?")
@@ -300,14 +300,8 @@ class ShapedSource:
             if ident not in self.plain and marked_deleted(shape, row)
         }
         misplaced = (
-            misplaced_marks(
-                self.conn,
-                self.route,
-                shape,
-                self._read()[0],
-                catalog_columns(self.conn, self.route.table),
-                self.key,
-                gone,
+            SoftDeleteSink(self.route, shape, self._read()[0]).misplaced(
+                self.conn, catalog_columns(self.conn, self.route.table), self.key, gone
             )
             if gone
             else set()
