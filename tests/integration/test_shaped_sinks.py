@@ -9,6 +9,7 @@ back. The end of a full snapshot marks the rows it no longer holds and keeps the
 
 from __future__ import annotations
 
+import itertools
 import uuid
 from collections.abc import Callable, Iterator
 from decimal import Decimal
@@ -17,6 +18,8 @@ from typing import Any
 
 import pytest
 import redis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from cdc_sync.core.model import Change, Coordinates, Op, TableId, Truncate
 from cdc_sync.core.types import Column, ColumnType, RowSchema, TypeKind
@@ -47,14 +50,7 @@ def target(
 ) -> Iterator[tuple[TableRoute, Sink, Rows]]:
     tag = uuid.uuid4().hex[:8]
     section, _, kind = str(request.param).partition("-")
-    mapping = tmp_path / "m.yaml"
-    mapping.write_text(
-        "version: 1\nsource: {topic_prefix: cdc}\ntables:\n  shop.products:\n"
-        "    filter: in_stock\n    on_delete: soft\n"
-        "    computed: {cents: 'CAST(price * 100 AS BIGINT)'}\n"
-        f"    {section}: {{{_section(section, tag)}}}\n"
-    )
-    route = load_mapping(mapping).tables[TABLE]
+    route = route_of(tmp_path / "m.yaml", f"{section}: {{{_section(section, tag)}}}")
     sink: Any
     if section == "search":
         sink = SearchSink(kind or "opensearch", request.getfixturevalue("search_url"), 3600)
@@ -229,3 +225,74 @@ def test_a_truncate_still_removes_every_older_row_marked_or_not(
     write(target, delete(12, key=2))
     sink.truncate(route, Truncate(TABLE, 40, _at(41), 41, 1_800_000_000_000))
     assert rows() == {}
+
+
+# One key's history: row states (in the filter or not, named by the step) and deletes, a
+# delete never twice in a row (Postgres cannot delete a row that is gone).
+HISTORIES = st.lists(st.booleans(), min_size=1, max_size=8).flatmap(
+    lambda states: st.lists(st.booleans(), min_size=len(states), max_size=len(states)).map(
+        lambda deletes: [
+            event
+            for in_stock, then_delete in zip(states, deletes, strict=True)
+            for event in ([in_stock, None] if then_delete else [in_stock])
+        ]
+    )
+)
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(history=HISTORIES, cuts=st.sets(st.integers(1, 15)))
+def test_whatever_the_batches_a_marked_row_is_the_last_matching_state_of_a_deleted_row(
+    redis_url: str,
+    tmp_path_factory: pytest.TempPathFactory,
+    history: list[bool | None],
+    cuts: set[int],
+) -> None:
+    """On the real cache: a key's changes (True: a row in the filter, False: outside it,
+    None: a delete), cut into micro-batches anywhere, each folded as the job folds a batch.
+    The cache ends holding the last state if it matches; nothing if it does not; after a
+    delete, the row as it was last, marked, only if it matched, and for sure when the cache
+    held it before the delete's batch; never a stub."""
+    tag = uuid.uuid4().hex[:8]
+    route = route_of(tmp_path_factory.mktemp(tag) / "m.yaml", f"cache: {{prefix: p{tag}}}")
+    sink = RedisSink(redis_url, tombstone_retention_seconds=3600)
+    changes = [
+        delete(version) if state is None else upsert(version, state, name=f"v{version}")
+        for version, state in enumerate(history, start=10)
+    ]
+    bounds = [0, *sorted(c for c in cuts if c < len(changes)), len(changes)]
+    batches = [changes[a:b] for a, b in itertools.pairwise(bounds)]
+    client = redis.Redis.from_url(redis_url)
+    try:
+        for batch in batches:
+            shaped = route.sink_changes(SCHEMA, [fold_key(batch)])["cache"]
+            assert not sink.apply(route, shaped).failures
+        held = cache_rows(client, route).get("1")
+    finally:
+        sink.close()
+        client.close()
+    last = history[-1]
+    if last is not None:
+        assert (held is not None) == last and (held is None or held["_deleted"] is False)
+        assert held is None or held["name"] == f"v{len(history) + 9}"
+        return
+    before = history[-2] if len(history) > 1 else None  # the state the delete removed
+    if held is not None:
+        assert held["_deleted"] is True and held["in_stock"] is True and before is True
+        assert held["name"] == f"v{len(history) + 8}" and held["cents"] == "250"  # no stub
+    delete_batch = next(b for b in batches if b[-1] is changes[-1])
+    if before is True and delete_batch[0] is changes[-1]:
+        assert held is not None  # the cache held the row as it matched: it is marked
+
+
+def route_of(path: Path, section: str) -> TableRoute:
+    """The products route of these tests, with one sink `section`."""
+    path.write_text(
+        "version: 1\nsource: {topic_prefix: cdc}\ntables:\n  shop.products:\n"
+        "    filter: in_stock\n    on_delete: soft\n"
+        "    computed: {cents: 'CAST(price * 100 AS BIGINT)'}\n"
+        f"    {section}\n"
+    )
+    return load_mapping(path).tables[TABLE]
