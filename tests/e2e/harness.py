@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,9 @@ class SyncHarness:
         self.root = root
         self.job: SyncJob | None = None
         self.query: QueryGroup | None = None
+        # Capture by the embedded engine (tests/e2e/conftest.py): restart it without its
+        # offsets, a new initial snapshot, running the callable while it is down.
+        self.snapshot_again: Callable[[Callable[[], None]], None] | None = None
 
     def options(self, checkpoint: str) -> JobOptions:
         return JobOptions(
