@@ -47,7 +47,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 POLL_SECONDS = 0.1  # how often a wait on the queries looks whether one ended
-INITIALIZE_SECONDS = 30.0  # a query's sources start within this, or the next starts anyway
+INITIALIZE_SECONDS = 60.0  # a query's sources start within this, or the next starts anyway
 
 
 class QueryGroup:
@@ -222,15 +222,20 @@ class SyncJob:
         self.relay.close()
 
 
-# StreamingQuery.status messages before its sources (and their Python process) exist.
+# StreamingQuery.status messages before its source's Python process surely runs: it is
+# started while the sources initialize or at the first ask for offsets.
 INITIALIZING = ("Initializing StreamExecution", "Initializing sources")
+GETTING_OFFSETS = "Getting offsets"
 
 
 def _wait_initialized(query: StreamingQuery, timeout: float) -> None:
-    """Until the query's sources are initialized (or it ended, or `timeout` passed)."""
+    """Until the query has asked its source for offsets once (or ended, or `timeout` passed)."""
     deadline = time.monotonic() + timeout
     while query.isActive and time.monotonic() < deadline:
-        if query.status.get("message") not in INITIALIZING:
+        message = str(query.status.get("message", ""))
+        if message not in INITIALIZING and not message.startswith(GETTING_OFFSETS):
+            return
+        if query.lastProgress is not None:
             return
         time.sleep(POLL_SECONDS)
 
