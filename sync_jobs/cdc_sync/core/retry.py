@@ -36,6 +36,8 @@ _STOPPING = threading.Event()
 def abandon_retries() -> None:
     """This process is stopping: every retry loop gives up now (`TransientSinkError`)."""
     _STOPPING.set()
+
+
 # One attempt of a client may not block longer than this (a hung server answers nothing).
 DEFAULT_ATTEMPT_TIMEOUT_SECONDS = 30.0
 
