@@ -8,6 +8,12 @@ server with one bulk request per chunk, all at the documents' version: the highe
 applied so far, so a later render (from a newer state) always overwrites an earlier one and
 never the reverse (`external_gte`). The source database serves none of it.
 
+An index is built anew, in a new concrete index behind its alias, when its spec or mapping
+changed (every root rendered from the state, then the alias moved), and when a new state starts
+beside an index it did not write (a new checkpoint replaying the topics): readers keep the old
+index while the replay fills the new one, and the alias moves at the first batch that ends the
+backlog. A state that does not belong to its checkpoint is refused (`documents.checkpoint`).
+
 Memory: a chunk's roots with their nested rows, plus the batch's changed rows and the ids of the
 roots they reach (the pending roots themselves wait in the state, not in memory).
 """
@@ -18,24 +24,27 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from cdc_sync.core.logs import CONSOLE
 from cdc_sync.core.model import Change, Coordinates, Op, TableId, Truncate
+from cdc_sync.documents.checkpoint import state_fits_checkpoint
 from cdc_sync.documents.fanout import affected_roots
 from cdc_sync.documents.render import render
+from cdc_sync.documents.rows import Row
 from cdc_sync.documents.state import Changed, DocumentState, Entry
 from cdc_sync.documents.target import document_route
 from cdc_sync.mapping import MappingFile, TableRoute
 from cdc_sync.relations import DocumentSpec
-from cdc_sync.schema import RowSchema
+from cdc_sync.schema import RowSchema, from_json_value
 from cdc_sync.shape.changes import filter_flags
 from cdc_sync.sinks.base import WriteResult
 from cdc_sync.sinks.documents import json_document
 from cdc_sync.sinks.search.actions import BulkAction
+from cdc_sync.source.checkpoint import query_id
 
 log = logging.getLogger(__name__)
 console = logging.getLogger(CONSOLE)
@@ -53,13 +62,11 @@ class DocumentWriter(Protocol):
 
     def holds(self, alias: str) -> bool: ...
 
+    def index_exists(self, index: str) -> bool: ...
+
     def next_generation(self, route: TableRoute) -> str: ...
 
     def promote(self, alias: str, index: str) -> None: ...
-
-    def highest_version(self, alias: str) -> int:
-        """The highest document version behind `alias` (0 when empty or absent)."""
-        ...
 
     def write_documents(self, alias: str, actions: Sequence[BulkAction]) -> WriteResult: ...
 
@@ -76,6 +83,10 @@ class DocumentResult:
         return {name: result for name, result in self.writes.items() if result.failures}
 
 
+class StateMisfit(RuntimeError):
+    """The documents' state does not belong to the checkpoint beside it (the reason says why)."""
+
+
 class DocumentSync:
     def __init__(
         self,
@@ -84,17 +95,24 @@ class DocumentSync:
         search: DocumentWriter,
         chunk: int = CHUNK,
         full_batch: int | None = None,
+        *,
+        names: Collection[str] | None = None,
+        checkpoint: Path | None = None,
     ) -> None:
         """`full_batch`: records a batch holds at most (the source's maxOffsetsPerTrigger): a
         full batch of snapshot rows has more behind it, so its roots wait for the batch that
         ends the backlog and render once (an initial build renders a root once, not once per
-        table and batch that reaches it)."""
+        table and batch that reaches it); a build behind the alias ends at the first batch that
+        is not full. `names`: the documents this instance keeps (default: every one), each
+        instance with its own state file. `checkpoint`: the streaming query's checkpoint the
+        state belongs to (`ensure_targets` refuses a state that does not)."""
         self.full_batch = full_batch
         self.mapping = mapping
-        self.specs = dict(mapping.documents)
+        self.specs = _chosen(mapping, names)
         self.state = DocumentState(state_path, self.specs.values())
         self.search = search
         self.chunk = chunk
+        self.checkpoint = checkpoint
         self.tables = frozenset(t for spec in self.specs.values() for t in spec.tables())
 
     @classmethod
@@ -104,41 +122,79 @@ class DocumentSync:
         checkpoint: Path,
         search: DocumentWriter,
         full_batch: int | None = None,
+        names: Collection[str] | None = None,
     ) -> DocumentSync:
-        return cls(mapping, checkpoint / STATE_FILE, search, full_batch=full_batch)
+        """The state in `<checkpoint>/documents/state.sqlite`, refused at start unless it
+        belongs to that checkpoint."""
+        return cls(
+            mapping,
+            checkpoint / STATE_FILE,
+            search,
+            full_batch=full_batch,
+            names=names,
+            checkpoint=checkpoint,
+        )
 
     def ensure_targets(self, schemas: Mapping[TableId, RowSchema]) -> None:
-        """Each document index, before the stream starts: created (its mapping typed from
-        `schemas`); built from the state when the state already holds its rows; rebuilt into a
-        new concrete index behind the alias when its spec changed since the state last wrote
-        it. A build renders every root from the state, then points the alias at it."""
+        """Each document index, before the stream starts (`schemas`: the document tables', from
+        the catalog: the index mapping's field types, the filter's column types):
+        - a new state beside an index it did not write (a new checkpoint): a new concrete
+          index behind the alias, filled as the state is, which the alias moves to once the
+          state has caught up (`apply`); a crash meanwhile resumes into the same index;
+        - a spec or index mapping changed since the state last wrote the index, or the index
+          gone while the state holds roots: every root rendered from the state into a new
+          concrete index, then the alias moved to it;
+        - else the index made, or its settings brought up to date, where it is."""
+        if self.checkpoint is not None:
+            reason = state_fits_checkpoint(self.checkpoint, self.state.path)
+            if reason is not None:
+                raise StateMisfit(
+                    f"documents {', '.join(self.specs)}: {reason}; the job does not render "
+                    "documents from it: start them on a new checkpoint, which rebuilds them "
+                    "from the topics behind their alias"
+                )
         for name, spec in self.specs.items():
             route = document_route(spec, schemas, self.mapping.policies_for(spec.table))
             fingerprint = _fingerprint(spec, route)
-            key = f"fingerprint:{name}"
+            known = self.state.meta(_fingerprint_key(name))
+            building = self.state.meta(_building_key(name))
             held = self.search.holds(spec.index)
-            if self.state.meta(key) is None and held:
-                # A new state (a new checkpoint replaying the topics) beside an index written
-                # before: its documents carry versions this state has not reached yet, and every
-                # render must overwrite them (a delete of a root included), so start above.
-                with self.state.transaction():
-                    self.state.raise_version(self.search.highest_version(spec.index))
-            stale = self.state.meta(key) not in (None, fingerprint)
-            if self.state.count(spec.table) and (stale or not held):
-                self._build(name, spec, route)
+            root = schemas.get(spec.table)
+            if building is not None:
+                if known != fingerprint or not self.search.index_exists(building):
+                    self._build(name, spec, route, root, promote=False)  # start it over
+            elif known is None and held:
+                self._build(name, spec, route, root, promote=False)
+            elif (known is not None and known != fingerprint) or (
+                not held and self.state.count(spec.table)
+            ):
+                self._build(name, spec, route, root, promote=True)
             else:
                 self.search.ensure_target(route, None)
             with self.state.transaction():
-                self.state.set_meta(key, fingerprint)
+                self.state.set_meta(_fingerprint_key(name), fingerprint)
 
-    def _build(self, name: str, spec: DocumentSpec, route: TableRoute) -> None:
-        """Every root rendered from the state into a new concrete index, then the alias moved
-        to it: readers see the old documents until the new index is whole."""
+    def _build(
+        self,
+        name: str,
+        spec: DocumentSpec,
+        route: TableRoute,
+        root: RowSchema | None,
+        promote: bool,
+    ) -> None:
+        """Every root rendered from the state into a new concrete index (the filter evaluated
+        anew over every root row: the spec's may have changed), which the alias points at
+        now (`promote`), or once the state has caught up: readers see the old documents until
+        the new index is whole."""
         index = self.search.next_generation(route)
+        with self.state.transaction():
+            self.state.set_meta(_building_key(name), index)
         total = self.state.count(spec.table)
         started, done = time.monotonic(), 0
         version = self.state.version()
         for chunk in self.state.present_ids(spec.table, self.chunk):
+            if spec.filter is not None:
+                self._refilter(name, spec, root, self.state.rows(spec.table, chunk))
             actions = self._actions(name, spec, chunk, version)
             written = self.search.write_documents(index, [a for a in actions if a.op == "index"])
             if written.failures:
@@ -156,47 +212,63 @@ class DocumentSync:
                 index,
                 done / max(time.monotonic() - started, 1e-6),
             )
-        self.search.promote(spec.index, index)
         self.state.rendered(name)  # everything pending is in the new index now
+        if promote:
+            self._promote(name, spec, index)
+
+    def _promote(self, name: str, spec: DocumentSpec, index: str) -> None:
+        self.search.promote(spec.index, index)
+        with self.state.transaction():
+            self.state.clear_meta(_building_key(name))
 
     def apply(
         self,
         truncates: Sequence[Truncate],
         changes: Mapping[TableId, Sequence[Change]],
         records: int = 0,
+        batch_id: int | None = None,
     ) -> DocumentResult:
-        """The batch's TRUNCATEs (applied first: the batch's changes are newer) and its changes
-        (per document table: one per key, full rows, filled) into the state; then every pending
-        root rendered and written, unless the batch is a full one of snapshot rows that ends no
-        table's snapshot (`records`: the batch's; see `full_batch`)."""
-        truncates = [t for t in truncates if t.table in self.tables]
+        """The batch's TRUNCATEs (applied first: the batch's changes are newer; a snapshot's
+        end as its table's `on_snapshot_end` says) and its changes (per document table: one per
+        key, full rows, filled) into the state, with `batch_id` (the streaming query's); then
+        every pending root rendered and written, unless the batch is a full one of snapshot rows
+        that ends no table's snapshot (`records`: the batch's; see `full_batch`). A build behind
+        the alias ends at the first batch that ends the backlog."""
+        truncates = [
+            t
+            for t in truncates
+            if t.table in self.tables and self.mapping.policies_for(t.table).applies(t)
+        ]
         changes = {t: list(found) for t, found in changes.items() if t in self.tables and found}
-        if truncates or changes:
-            self._merge(truncates, changes)
-        if self._snapshot_continues(truncates, changes, records):
+        if truncates or changes or batch_id is not None:
+            self._merge(truncates, changes, batch_id)
+        full = self.full_batch is not None and records >= self.full_batch
+        snapshot_rows = _snapshot_rows_only(truncates, changes)
+        if full and snapshot_rows:
             return DocumentResult()
-        return self._render_pending()
-
-    def _snapshot_continues(
-        self,
-        truncates: Sequence[Truncate],
-        changes: Mapping[TableId, Sequence[Change]],
-        records: int,
-    ) -> bool:
-        if self.full_batch is None or records < self.full_batch or truncates or not changes:
-            return False
-        found = [c for batch in changes.values() for c in batch]
-        return all(c.op is Op.READ and not c.ends_snapshot for c in found)
+        result = self._render_pending()
+        if not full and not snapshot_rows:
+            for name, spec in self.specs.items():
+                building = self.state.meta(_building_key(name))
+                if building:
+                    self._promote(name, spec, building)
+        return result
 
     def close(self) -> None:
         self.state.close()
 
     def _merge(
-        self, truncates: Sequence[Truncate], changes: Mapping[TableId, Sequence[Change]]
+        self,
+        truncates: Sequence[Truncate],
+        changes: Mapping[TableId, Sequence[Change]],
+        batch_id: int | None,
     ) -> None:
         versions = [c.version for found in changes.values() for c in found]
         versions += [t.version for t in truncates]
         with self.state.transaction():
+            if batch_id is not None:
+                checkpoint = self.checkpoint
+                self.state.record_batch(batch_id, query_id(checkpoint) if checkpoint else None)
             changed: dict[TableId, Changed] = {}
             for truncate in truncates:
                 changed.setdefault(truncate.table, Changed()).add(
@@ -210,6 +282,28 @@ class DocumentSync:
                     self._filter_roots(name, spec, changes[spec.table])
                 self.state.add_pending(name, affected_roots(spec, changed, self.state))
             self.state.raise_version(max(versions, default=0))
+
+    def _refilter(
+        self, name: str, spec: DocumentSpec, schema: RowSchema | None, rows: Sequence[Row]
+    ) -> None:
+        """Which of these root rows (as the state keeps them) match the document's filter."""
+        assert spec.filter is not None
+        if schema is None:
+            raise ValueError(
+                f"{self.mapping.document_filter_path(name)}: no schema of {spec.table} to "
+                "evaluate the filter over its rows with"
+            )
+        typed = [
+            {c.name: from_json_value(c.type, row.doc.get(c.name)) for c in schema.columns}
+            for row in rows
+        ]
+        filters = [(self.mapping.document_filter_path(name), spec.filter)]
+        flags = filter_flags(schema, typed, filters)
+        self.state.set_matching(
+            name,
+            [row.id for row, ok in zip(rows, flags, strict=True) if ok],
+            [row.id for row, ok in zip(rows, flags, strict=True) if not ok],
+        )
 
     def _filter_roots(self, name: str, spec: DocumentSpec, changes: Sequence[Change]) -> None:
         """Which of the batch's root rows match the document's filter (SQL over the full row)."""
@@ -230,9 +324,11 @@ class DocumentSync:
         result = DocumentResult()
         version = self.state.version()
         for name, spec in self.specs.items():
+            # Into the index being built behind the alias, if there is one.
+            target = self.state.meta(_building_key(name)) or spec.index
             for chunk in self.state.pending(name, self.chunk):
                 actions = self._actions(name, spec, chunk, version)
-                written = self.search.write_documents(spec.index, actions)
+                written = self.search.write_documents(target, actions)
                 result.writes[name] = result.writes.get(name, WriteResult()).merge(written)
                 result.rendered += len(actions)
             self.state.rendered(name)
@@ -248,6 +344,38 @@ class DocumentSync:
         documents = render(spec, rows, self.state)
         where = Coordinates(f"documents:{name}", 0, 0)
         return [_action(spec.table, where, ident, version, documents.get(ident)) for ident in ids]
+
+
+def _chosen(mapping: MappingFile, names: Collection[str] | None) -> dict[str, DocumentSpec]:
+    if names is None:
+        return dict(mapping.documents)
+    unknown = sorted(set(names) - set(mapping.documents))
+    if unknown:
+        known = ", ".join(sorted(mapping.documents)) or "none"
+        raise ValueError(f"{mapping.path}: no document {', '.join(unknown)} (documents: {known})")
+    return {name: mapping.documents[name] for name in names}
+
+
+def _snapshot_rows_only(
+    truncates: Sequence[Truncate], changes: Mapping[TableId, Sequence[Change]]
+) -> bool:
+    """The batch holds snapshot rows that end no table's snapshot, and nothing else: the
+    snapshot goes on behind it."""
+    found = [c for batch in changes.values() for c in batch]
+    return (
+        not truncates
+        and bool(found)
+        and all(c.op is Op.READ and not c.ends_snapshot for c in found)
+    )
+
+
+def _fingerprint_key(name: str) -> str:
+    return f"fingerprint:{name}"
+
+
+def _building_key(name: str) -> str:
+    """The concrete index a build of document `name` fills behind its alias (absent: none)."""
+    return f"building:{name}"
 
 
 def _fingerprint(spec: DocumentSpec, route: TableRoute) -> str:
