@@ -4,12 +4,15 @@ search server, for every kind of change to every table of the document. After ea
 `verify` renders every document from Postgres's rows and compares it with the index
 (`wait_converged`); the document index is also read directly where a step's effect is the
 point. A fan-out to 300 orders is served without one query to the orders or customers tables,
-and a replay of every topic on a fresh checkpoint leaves the index exactly as it was."""
+and a replay of every topic on a fresh checkpoint leaves the index exactly as it was, while
+readers of the alias never see an older or deleted document. A changed or added filter rebuilds
+the index with its own roots; a lost state beside a kept checkpoint is refused at start."""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import shutil
 import threading
 import time
 import uuid
@@ -21,6 +24,9 @@ import psycopg
 import pytest
 
 from cdc_sync.demo.workload import create_demo_schema
+from cdc_sync.documents.checkpoint import state_fits_checkpoint
+from cdc_sync.documents.state import remove
+from cdc_sync.documents.sync import STATE_FILE, StateMisfit
 from cdc_sync.mapping import MappingFile
 from cdc_sync.sinks.search import readback as search_readback
 from cdc_sync.sinks.search.backends import open_backend
@@ -184,10 +190,10 @@ def test_a_changed_or_added_filter_rebuilds_the_index_with_its_own_roots(
     `wait_converged`) evaluates the new filter in Postgres and compares every document."""
     statuses = ["new", "paid", "cancelled"] * 3
     orders = [
-        f"INSERT INTO shop.orders (id, customer_id, status) VALUES ({9300 + n}, 9300, '{status}')"
+        f"INSERT INTO shop.orders (id, customer_id, status) VALUES ({9600 + n}, 9600, '{status}')"
         for n, status in enumerate(statuses)
     ]
-    pipeline.run_sql([CUSTOMER.format(9300), *orders])
+    pipeline.run_sql([CUSTOMER.format(9600), *orders])
     pipeline.wait_converged()
     original = pipeline.mapping
     kept = original.documents[DOCUMENT].filter
@@ -208,6 +214,34 @@ def test_a_changed_or_added_filter_rebuilds_the_index_with_its_own_roots(
     assert {doc["status"] for doc in documents(pipeline).values()} != {"paid"}
 
 
+def test_a_lost_state_beside_a_kept_checkpoint_is_refused_at_start(
+    pipeline: SyncHarness,
+) -> None:
+    """The documents' state lost while Spark's checkpoint is kept: the job detects it before it
+    starts (a real checkpoint here) and renders nothing from the empty state."""
+    pipeline.wait_converged()
+    before = documents(pipeline)
+    pipeline.stop()
+    checkpoint = pipeline.options("main").checkpoint_dir
+    state = checkpoint / STATE_FILE
+    assert state_fits_checkpoint(checkpoint, state) is None  # the state the job wrote
+    kept = pipeline.root / "kept-state"
+    shutil.copytree(state.parent, kept)
+    remove(state)
+    try:
+        reason = state_fits_checkpoint(checkpoint, state)
+        assert reason is not None and "committed batches up to" in reason
+        with pytest.raises(StateMisfit, match="committed batches up to"):
+            pipeline.start()
+        assert documents(pipeline) == before
+    finally:
+        pipeline.stop()
+        shutil.rmtree(state.parent)
+        shutil.copytree(kept, state.parent)
+    pipeline.start()
+    pipeline.wait_converged()
+
+
 def test_a_replay_on_a_fresh_checkpoint_never_shows_an_older_or_deleted_document(
     pipeline: SyncHarness,
 ) -> None:
@@ -218,12 +252,12 @@ def test_a_replay_on_a_fresh_checkpoint_never_shows_an_older_or_deleted_document
     rendered, which depends on where batches fell); the documents may not."""
     # A history a replay passes through: orders that come before their lines, change after
     # them, and go (with their lines).
-    ids = range(9400, 9400 + REPLAYED)
-    created = [CUSTOMER.format(9400), PRODUCT.format(9400, "1.00")]
-    pipeline.run_sql(["BEGIN", *created, *[ORDER.format(n, 9400) for n in ids], "COMMIT"])
-    pipeline.run_sql(["BEGIN", *[LINE.format(n, 1, 9400, 2) for n in ids], "COMMIT"])
-    pipeline.run_sql(["UPDATE shop.orders SET status = 'paid' WHERE id >= 9400"])
-    pipeline.run_sql(["DELETE FROM shop.orders WHERE id >= 9400 AND id % 4 = 0"])
+    ids = range(9700, 9700 + REPLAYED)
+    created = [CUSTOMER.format(9700), PRODUCT.format(9700, "1.00")]
+    pipeline.run_sql(["BEGIN", *created, *[ORDER.format(n, 9700) for n in ids], "COMMIT"])
+    pipeline.run_sql(["BEGIN", *[LINE.format(n, 1, 9700, 2) for n in ids], "COMMIT"])
+    pipeline.run_sql(["UPDATE shop.orders SET status = 'paid' WHERE id >= 9700"])
+    pipeline.run_sql(["DELETE FROM shop.orders WHERE id >= 9700 AND id % 4 = 0"])
     pipeline.wait_converged()
     before = documents(pipeline)
     pipeline.stop()

@@ -17,6 +17,7 @@ import pytest
 
 from cdc_sync.core.model import Change, Coordinates, Op, TableId, Truncate
 from cdc_sync.core.types import Column, ColumnType, RowSchema, TypeKind
+from cdc_sync.documents.builds import Build, planned
 from cdc_sync.documents.checkpoint import state_fits_checkpoint
 from cdc_sync.documents.state import Applied, applied, remove
 from cdc_sync.documents.sync import STATE_FILE, DocumentSync
@@ -375,3 +376,28 @@ def test_one_instance_keeps_only_the_documents_it_is_given(tmp_path: Path) -> No
     assert list(sync.specs) == ["orders"]
     with pytest.raises(ValueError, match=r"no document invoices \(documents: orders\)"):
         DocumentSync(mapping, tmp_path / "other.sqlite", index, names=["invoices"])
+
+
+@pytest.mark.parametrize(
+    ("known", "building", "building_exists", "alias_exists", "has_roots", "build"),
+    [
+        ("fp", None, False, True, True, Build.IN_PLACE),  # the state's own index
+        (None, None, False, False, False, Build.IN_PLACE),  # a first start
+        (None, None, False, True, False, Build.BUILD_BEHIND),  # a new checkpoint
+        ("old", None, False, True, True, Build.BUILD_NOW),  # the spec changed
+        ("fp", None, False, False, True, Build.BUILD_NOW),  # the index deleted
+        (None, None, False, False, True, Build.BUILD_NOW),  # a document new to a kept state
+        ("fp", "docs_v2", True, True, False, Build.RESUME),  # a build a stop interrupted
+        ("fp", "docs_v2", False, True, False, Build.BUILD_BEHIND),  # ... its index gone
+        ("old", "docs_v2", True, True, False, Build.BUILD_BEHIND),  # ... its spec changed
+    ],
+)
+def test_what_a_start_does_with_a_document_index(
+    known: str | None,
+    building: str | None,
+    building_exists: bool,
+    alias_exists: bool,
+    has_roots: bool,
+    build: Build,
+) -> None:
+    assert planned("fp", known, building, building_exists, alias_exists, has_roots) is build

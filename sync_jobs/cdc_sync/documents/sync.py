@@ -20,8 +20,6 @@ roots they reach (the pending roots themselves wait in the state, not in memory)
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import time
 from collections.abc import Collection, Mapping, Sequence
@@ -31,6 +29,15 @@ from typing import Any, Protocol
 
 from cdc_sync.core.logs import CONSOLE
 from cdc_sync.core.model import Change, Coordinates, Op, TableId, Truncate
+from cdc_sync.documents.builds import (
+    Build,
+    building_key,
+    caught_up,
+    fingerprint,
+    fingerprint_key,
+    planned,
+    snapshot_rows_only,
+)
 from cdc_sync.documents.checkpoint import state_fits_checkpoint
 from cdc_sync.documents.fanout import affected_roots
 from cdc_sync.documents.render import render
@@ -136,15 +143,10 @@ class DocumentSync:
         )
 
     def ensure_targets(self, schemas: Mapping[TableId, RowSchema]) -> None:
-        """Each document index, before the stream starts (`schemas`: the document tables', from
-        the catalog: the index mapping's field types, the filter's column types):
-        - a new state beside an index it did not write (a new checkpoint): a new concrete
-          index behind the alias, filled as the state is, which the alias moves to once the
-          state has caught up (`apply`); a crash meanwhile resumes into the same index;
-        - a spec or index mapping changed since the state last wrote the index, or the index
-          gone while the state holds roots: every root rendered from the state into a new
-          concrete index, then the alias moved to it;
-        - else the index made, or its settings brought up to date, where it is."""
+        """Each document index, before the stream starts, made, built anew or its build
+        resumed as `builds.planned` decides (`schemas`: the document tables', from the
+        catalog: the index mapping's field types, the filter's column types). A state that does
+        not belong to the checkpoint is refused first (`StateMisfit`)."""
         if self.checkpoint is not None:
             reason = state_fits_checkpoint(self.checkpoint, self.state.path)
             if reason is not None:
@@ -155,24 +157,23 @@ class DocumentSync:
                 )
         for name, spec in self.specs.items():
             route = document_route(spec, schemas, self.mapping.policies_for(spec.table))
-            fingerprint = _fingerprint(spec, route)
-            known = self.state.meta(_fingerprint_key(name))
-            building = self.state.meta(_building_key(name))
-            held = self.search.holds(spec.index)
-            root = schemas.get(spec.table)
-            if building is not None:
-                if known != fingerprint or not self.search.index_exists(building):
-                    self._build(name, spec, route, root, promote=False)  # start it over
-            elif known is None and held:
-                self._build(name, spec, route, root, promote=False)
-            elif (known is not None and known != fingerprint) or (
-                not held and self.state.count(spec.table)
-            ):
-                self._build(name, spec, route, root, promote=True)
-            else:
+            written = fingerprint(spec, route)
+            building = self.state.meta(building_key(name))
+            build = planned(
+                written,
+                self.state.meta(fingerprint_key(name)),
+                building,
+                building is not None and self.search.index_exists(building),
+                self.search.holds(spec.index),
+                self.state.count(spec.table) > 0,
+            )
+            if build is Build.IN_PLACE:
                 self.search.ensure_target(route, None)
+            elif build is not Build.RESUME:
+                promote = build is Build.BUILD_NOW
+                self._build(name, spec, route, schemas.get(spec.table), promote)
             with self.state.transaction():
-                self.state.set_meta(_fingerprint_key(name), fingerprint)
+                self.state.set_meta(fingerprint_key(name), written)
 
     def _build(
         self,
@@ -188,13 +189,13 @@ class DocumentSync:
         the new index is whole."""
         index = self.search.next_generation(route)
         with self.state.transaction():
-            self.state.set_meta(_building_key(name), index)
+            self.state.set_meta(building_key(name), index)
         total = self.state.count(spec.table)
         started, done = time.monotonic(), 0
         version = self.state.version()
         for chunk in self.state.present_ids(spec.table, self.chunk):
             if spec.filter is not None:
-                self._refilter(name, spec, root, self.state.rows(spec.table, chunk))
+                self._filter_state(name, spec, root, self.state.rows(spec.table, chunk))
             actions = self._actions(name, spec, chunk, version)
             written = self.search.write_documents(index, [a for a in actions if a.op == "index"])
             if written.failures:
@@ -219,7 +220,7 @@ class DocumentSync:
     def _promote(self, name: str, spec: DocumentSpec, index: str) -> None:
         self.search.promote(spec.index, index)
         with self.state.transaction():
-            self.state.clear_meta(_building_key(name))
+            self.state.clear_meta(building_key(name))
 
     def apply(
         self,
@@ -243,14 +244,14 @@ class DocumentSync:
         if truncates or changes or batch_id is not None:
             self._merge(truncates, changes, batch_id)
         full = self.full_batch is not None and records >= self.full_batch
-        snapshot_rows = _snapshot_rows_only(truncates, changes)
+        snapshot_rows = snapshot_rows_only(truncates, changes)
         if full and snapshot_rows:
             return DocumentResult()
         result = self._render_pending()
-        if not full and not snapshot_rows:
+        if caught_up(full, snapshot_rows):
             for name, spec in self.specs.items():
-                building = self.state.meta(_building_key(name))
-                if building:
+                building = self.state.meta(building_key(name))
+                if building is not None:
                     self._promote(name, spec, building)
         return result
 
@@ -279,15 +280,22 @@ class DocumentSync:
                 changed.setdefault(table, Changed()).add(merged)
             for name, spec in self.specs.items():
                 if spec.filter is not None and spec.table in changes:
-                    self._filter_roots(name, spec, changes[spec.table])
+                    self._filter_changes(name, spec, changes[spec.table])
                 self.state.add_pending(name, affected_roots(spec, changed, self.state))
             self.state.raise_version(max(versions, default=0))
 
-    def _refilter(
+    def _filter_changes(self, name: str, spec: DocumentSpec, changes: Sequence[Change]) -> None:
+        """Which of the batch's root rows match the document's filter."""
+        live = [c for c in changes if c.row is not None]
+        schema = next((c.schema for c in reversed(live) if c.schema is not None), None)
+        if schema is not None and live:
+            rows = [c.row for c in live if c.row is not None]
+            self._match(name, spec, schema, [c.doc_id for c in live], rows)
+
+    def _filter_state(
         self, name: str, spec: DocumentSpec, schema: RowSchema | None, rows: Sequence[Row]
     ) -> None:
-        """Which of these root rows (as the state keeps them) match the document's filter."""
-        assert spec.filter is not None
+        """Which of these root rows, as the state keeps them (JSON), match the filter."""
         if schema is None:
             raise ValueError(
                 f"{self.mapping.document_filter_path(name)}: no schema of {spec.table} to "
@@ -297,23 +305,20 @@ class DocumentSync:
             {c.name: from_json_value(c.type, row.doc.get(c.name)) for c in schema.columns}
             for row in rows
         ]
-        filters = [(self.mapping.document_filter_path(name), spec.filter)]
-        flags = filter_flags(schema, typed, filters)
-        self.state.set_matching(
-            name,
-            [row.id for row, ok in zip(rows, flags, strict=True) if ok],
-            [row.id for row, ok in zip(rows, flags, strict=True) if not ok],
-        )
+        self._match(name, spec, schema, [row.id for row in rows], typed)
 
-    def _filter_roots(self, name: str, spec: DocumentSpec, changes: Sequence[Change]) -> None:
-        """Which of the batch's root rows match the document's filter (SQL over the full row)."""
-        live = [c for c in changes if c.row is not None]
-        schema = next((c.schema for c in reversed(live) if c.schema is not None), None)
-        if schema is None or not live or spec.filter is None:
-            return
+    def _match(
+        self,
+        name: str,
+        spec: DocumentSpec,
+        schema: RowSchema,
+        ids: Sequence[str],
+        rows: Sequence[Mapping[str, Any]],
+    ) -> None:
+        """The filter (SQL over each full root row, decoded values) decides which match."""
+        assert spec.filter is not None
         filters = [(self.mapping.document_filter_path(name), spec.filter)]
-        flags = filter_flags(schema, [c.row for c in live if c.row is not None], filters)
-        ids = [c.doc_id for c in live]
+        flags = filter_flags(schema, rows, filters)
         self.state.set_matching(
             name,
             [ident for ident, ok in zip(ids, flags, strict=True) if ok],
@@ -325,7 +330,7 @@ class DocumentSync:
         version = self.state.version()
         for name, spec in self.specs.items():
             # Into the index being built behind the alias, if there is one.
-            target = self.state.meta(_building_key(name)) or spec.index
+            target = self.state.meta(building_key(name)) or spec.index
             for chunk in self.state.pending(name, self.chunk):
                 actions = self._actions(name, spec, chunk, version)
                 written = self.search.write_documents(target, actions)
@@ -354,35 +359,6 @@ def _chosen(mapping: MappingFile, names: Collection[str] | None) -> dict[str, Do
         known = ", ".join(sorted(mapping.documents)) or "none"
         raise ValueError(f"{mapping.path}: no document {', '.join(unknown)} (documents: {known})")
     return {name: mapping.documents[name] for name in names}
-
-
-def _snapshot_rows_only(
-    truncates: Sequence[Truncate], changes: Mapping[TableId, Sequence[Change]]
-) -> bool:
-    """The batch holds snapshot rows that end no table's snapshot, and nothing else: the
-    snapshot goes on behind it."""
-    found = [c for batch in changes.values() for c in batch]
-    return (
-        not truncates
-        and bool(found)
-        and all(c.op is Op.READ and not c.ends_snapshot for c in found)
-    )
-
-
-def _fingerprint_key(name: str) -> str:
-    return f"fingerprint:{name}"
-
-
-def _building_key(name: str) -> str:
-    """The concrete index a build of document `name` fills behind its alias (absent: none)."""
-    return f"building:{name}"
-
-
-def _fingerprint(spec: DocumentSpec, route: TableRoute) -> str:
-    """What a document index's contents depend on: its spec and its index mapping."""
-    mapping = route.search.mapping if route.search is not None else {}
-    text = json.dumps([repr(spec), mapping], sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _action(
