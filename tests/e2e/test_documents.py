@@ -25,7 +25,7 @@ import pytest
 
 from cdc_sync.demo.workload import create_demo_schema
 from cdc_sync.documents.checkpoint import state_fits_checkpoint
-from cdc_sync.documents.state import remove
+from cdc_sync.documents.state import remove_state
 from cdc_sync.documents.sync import STATE_FILE, StateMisfit
 from cdc_sync.mapping import MappingFile
 from cdc_sync.sinks.search import readback as search_readback
@@ -227,7 +227,7 @@ def test_a_lost_state_beside_a_kept_checkpoint_is_refused_at_start(
     assert state_fits_checkpoint(checkpoint, state) is None  # the state the job wrote
     kept = pipeline.root / "kept-state"
     shutil.copytree(state.parent, kept)
-    remove(state)
+    remove_state(state)
     try:
         reason = state_fits_checkpoint(checkpoint, state)
         assert reason is not None and "committed batches up to" in reason

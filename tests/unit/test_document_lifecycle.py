@@ -19,7 +19,7 @@ from cdc_sync.core.model import Change, Coordinates, Op, TableId, Truncate
 from cdc_sync.core.types import Column, ColumnType, RowSchema, TypeKind
 from cdc_sync.documents.builds import Build, planned
 from cdc_sync.documents.checkpoint import state_fits_checkpoint
-from cdc_sync.documents.state import Applied, applied, remove
+from cdc_sync.documents.state import Applied, applied, remove_state
 from cdc_sync.documents.sync import STATE_FILE, DocumentSync
 from tests.unit.test_documents import (
     MAPPING,
@@ -355,7 +355,7 @@ def test_a_state_removed_leaves_a_new_one_that_builds_behind_the_alias(tmp_path:
     state = checkpoint / STATE_FILE
     assert state_fits_checkpoint(checkpoint, state) is not None  # lost
     shutil.rmtree(checkpoint)  # the job's answer: a new checkpoint ...
-    remove(state)  # ... and a new state
+    remove_state(state)  # ... and a new state
     assert not state.exists()
     assert state_fits_checkpoint(checkpoint, state) is None
     fresh = DocumentSync.beside_checkpoint(load(tmp_path), checkpoint, index, full_batch=2)

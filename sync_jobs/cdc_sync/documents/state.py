@@ -83,7 +83,7 @@ def applied(path: Path) -> Applied:
     return Applied(None if batch is None else int(batch), meta.get(CHECKPOINT), rows)
 
 
-def remove(path: Path) -> None:
+def remove_state(path: Path) -> None:
     """Delete the state at `path` (its file and SQLite's WAL beside it); none is fine. Only
     while no `DocumentState` has it open."""
     for part in (path, path.with_name(f"{path.name}-wal"), path.with_name(f"{path.name}-shm")):
