@@ -14,12 +14,11 @@ from typing import Any
 
 import psycopg
 from pyspark.sql import SparkSession
-from pyspark.sql.streaming import StreamingQuery
 
 from cdc_sync.core.model import TableId
 from cdc_sync.core.settings import Connections
 from cdc_sync.job.metrics_export import ConnectorStatus
-from cdc_sync.job.runner import JobOptions, SyncJob
+from cdc_sync.job.runner import JobOptions, QueryGroup, SyncJob
 from cdc_sync.mapping import MappingFile, load_mapping
 from cdc_sync.verify.compare import Report, primary_key, verify_all
 
@@ -42,7 +41,7 @@ class SyncHarness:
         self.connections = connections
         self.root = root
         self.job: SyncJob | None = None
-        self.query: StreamingQuery | None = None
+        self.query: QueryGroup | None = None
 
     def options(self, checkpoint: str) -> JobOptions:
         return JobOptions(

@@ -40,11 +40,14 @@ class SearchSink:
         *,
         compat_headers: bool | None = None,
         retry: RetryPolicy = DEFAULT_POLICY,
+        name: str = "search",
     ) -> None:
         """`compat_headers`: see `open_backend`. `retry`: how long a write waits for the server
-        (its `attempt_timeout_seconds` bounds each request)."""
+        (its `attempt_timeout_seconds` bounds each request). `name`: how its retries and
+        health are reported (a document index's writer is named after the index)."""
         if tombstone_retention_seconds <= 0:
             raise ValueError("tombstone_retention_seconds must be positive")
+        self.name = name
         self.client_kind = client_kind
         self.retry = retry.for_target(self.name)
         self.backend: SearchBackend = open_backend(
