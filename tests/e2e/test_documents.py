@@ -27,6 +27,7 @@ from cdc_sync.demo.workload import create_demo_schema
 from cdc_sync.documents.checkpoint import state_fits_checkpoint
 from cdc_sync.documents.state import remove_state
 from cdc_sync.documents.sync import STATE_FILE, StateMisfit
+from cdc_sync.job.consumers import DOCUMENTS_PREFIX, consumer_checkpoint
 from cdc_sync.mapping import MappingFile
 from cdc_sync.sinks.search import readback as search_readback
 from cdc_sync.sinks.search.backends import open_backend
@@ -222,7 +223,9 @@ def test_a_lost_state_beside_a_kept_checkpoint_is_refused_at_start(
     pipeline.wait_converged()
     before = documents(pipeline)
     pipeline.stop()
-    checkpoint = pipeline.options("main").checkpoint_dir
+    # The document index's own consumer of the log: its checkpoint, its state beside it.
+    root = pipeline.options("main").checkpoint_dir
+    checkpoint = consumer_checkpoint(root, f"{DOCUMENTS_PREFIX}{DOCUMENT}")
     state = checkpoint / STATE_FILE
     assert state_fits_checkpoint(checkpoint, state) is None  # the state the job wrote
     kept = pipeline.root / "kept-state"
