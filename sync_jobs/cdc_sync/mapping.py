@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 from cdc_sync.core.errors import ConfigError, FieldReader
-from cdc_sync.core.model import Change, TableId
+from cdc_sync.core.model import Change, TableId, Truncate
 from cdc_sync.relations import DocumentSpec, parse_documents
 from cdc_sync.schema import Column, RowSchema
 from cdc_sync.shape.changes import sink_changes, sink_schema
@@ -68,6 +68,11 @@ class Policies:
     on_malformed: OnMalformed = OnMalformed.FAIL
     on_schema_change: OnSchemaChange = OnSchemaChange.FAIL
     on_snapshot_end: OnSnapshotEnd = OnSnapshotEnd.SWEEP
+
+    def applies(self, truncate: Truncate) -> bool:
+        """Whether the table's stores apply `truncate`: a TRUNCATE always, the end of a full
+        snapshot unless the table keeps what its snapshot did not read (`on_snapshot_end`)."""
+        return not truncate.snapshot_end or self.on_snapshot_end is not OnSnapshotEnd.KEEP
 
 
 @dataclass(frozen=True)

@@ -81,9 +81,11 @@ class SyncHarness:
             self.job.close()
             self.job = None
 
-    def drain_fresh(self, checkpoint: str) -> None:
-        """A new job with a fresh checkpoint: replays every topic from offset 0, then stops."""
-        job = SyncJob(self.spark, self.mapping, self.connections, self.options(checkpoint))
+    def drain_fresh(self, checkpoint: str, **options: Any) -> None:
+        """A new job with a fresh checkpoint: replays every topic from offset 0, then stops.
+        `options`: JobOptions fields to change (e.g. max_offsets_per_trigger)."""
+        job_options = dataclasses.replace(self.options(checkpoint), **options)
+        job = SyncJob(self.spark, self.mapping, self.connections, job_options)
         try:
             job.drain(timeout_seconds=300)
         finally:

@@ -177,6 +177,9 @@ class OneTable:
     def route_for(self, table: TableId) -> TableRoute | None:
         return routes() if table == PRODUCTS else None
 
+    def policies_for(self, table: TableId) -> Policies:
+        return Policies()
+
 
 def test_fences_apply_each_tables_newest_truncate_to_every_sink_and_survive_restarts(
     tmp_path: Path,

@@ -355,7 +355,9 @@ class BatchApplier:
             return []
         started = time.monotonic()
         changes = {table: found.get(DOCUMENTS_DEFERRED, []) for table, found in deferred.items()}
-        result = self.documents.apply(plan.truncates, changes, plan.metrics.records)
+        result = self.documents.apply(
+            plan.truncates, changes, plan.metrics.records, plan.metrics.batch_id
+        )
         plan.metrics.timed("documents", started)
         plan.metrics.documents = result.rendered
         letters: list[DeadLetter] = []

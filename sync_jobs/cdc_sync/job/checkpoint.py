@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cdc_sync.core.settings import state_dir
+from cdc_sync.source.checkpoint import COMMIT_LOG, OFFSET_LOG, batch_ids
 from cdc_sync.source.offsets import PartitionOffsets, loads
 
 
@@ -27,20 +28,14 @@ class Processed:
     offsets: PartitionOffsets  # next offset to read per (topic, partition)
 
 
-def _batch_ids(folder: Path) -> list[int]:
-    if not folder.is_dir():
-        return []
-    return sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit())
-
-
 def processed_offsets(checkpoint_dir: Path) -> Processed | None:
     """The newest committed batch and its end offsets; None before the first commit."""
-    planned = set(_batch_ids(checkpoint_dir / "offsets"))
-    committed = [b for b in _batch_ids(checkpoint_dir / "commits") if b in planned]
+    planned = set(batch_ids(checkpoint_dir / OFFSET_LOG))
+    committed = [b for b in batch_ids(checkpoint_dir / COMMIT_LOG) if b in planned]
     if not committed:
         return None
     batch = committed[-1]
-    path = checkpoint_dir / "offsets" / str(batch)
+    path = checkpoint_dir / OFFSET_LOG / str(batch)
     lines = path.read_text(encoding="utf-8").splitlines()
     if len(lines) < 3 or not lines[0].startswith("v"):
         raise ValueError(

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from cdc_sync.core.files import write_atomically
 from cdc_sync.core.model import TableId, Truncate, TruncateFence
-from cdc_sync.mapping import MappingFile, OnSnapshotEnd
+from cdc_sync.mapping import MappingFile
 from cdc_sync.sinks.base import Sink
 
 log = logging.getLogger(__name__)
@@ -95,12 +95,7 @@ def newest_per_table(truncates: Iterable[Truncate]) -> dict[TableId, Truncate]:
 
 def _applied(mapping: MappingFile, truncates: Sequence[Truncate]) -> list[Truncate]:
     """Without the snapshot ends of tables whose `on_snapshot_end` is `keep`."""
-    return [
-        t
-        for t in truncates
-        if not t.snapshot_end
-        or mapping.policies_for(t.table).on_snapshot_end is not OnSnapshotEnd.KEEP
-    ]
+    return [t for t in truncates if mapping.policies_for(t.table).applies(t)]
 
 
 class TruncateFences:

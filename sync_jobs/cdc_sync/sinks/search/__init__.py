@@ -84,15 +84,14 @@ class SearchSink:
             self.retry,
         )
 
-    def highest_version(self, alias: str) -> int:
-        """The highest document version behind `alias` (0 when empty or absent)."""
-        versions = retried(
-            lambda: stored_versions(self.backend, alias),
+    def index_exists(self, index: str) -> bool:
+        """Whether the concrete index `index` exists (a rebuild's, not behind its alias yet)."""
+        return retried(
+            lambda: self.backend.index_exists(index),
             is_transient,
-            f"search versions {alias}",
+            f"search index {index}",
             self.retry,
         )
-        return max(versions.values(), default=0)
 
     def next_generation(self, route: TableRoute) -> str:
         """A new concrete index for a rebuild of `route`'s index, not behind its alias yet."""
