@@ -56,7 +56,7 @@ from cdc_sync.source.checkpoint import query_id
 log = logging.getLogger(__name__)
 console = logging.getLogger(CONSOLE)
 
-STATE_FILE = "documents/state.sqlite"
+STATE_FILE = "state.sqlite"  # in the document consumer's checkpoint (job.consumers)
 # The key of a table's full, filled changes among a write's deferred changes (job.table_writes).
 DOCUMENTS_DEFERRED = "documents"
 CHUNK = 1000  # roots rendered and written per bulk request
@@ -131,8 +131,8 @@ class DocumentSync:
         full_batch: int | None = None,
         names: Collection[str] | None = None,
     ) -> DocumentSync:
-        """The state in `<checkpoint>/documents/state.sqlite`, refused at start unless it
-        belongs to that checkpoint."""
+        """The state in `<checkpoint>/state.sqlite`, refused at start unless it belongs to that
+        checkpoint."""
         return cls(
             mapping,
             checkpoint / STATE_FILE,

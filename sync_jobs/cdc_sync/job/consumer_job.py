@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,12 +21,14 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from cdc_sync.core.errors import ConfigError
+from cdc_sync.core.logs import CONSOLE
 from cdc_sync.core.model import KnownSchemas, TableId
 from cdc_sync.core.retry import RetryPolicy
 from cdc_sync.core.settings import Connections
 from cdc_sync.debezium.connector import converter_modes as connector_modes
 from cdc_sync.debezium.database import SourceDatabase
-from cdc_sync.documents import DocumentSync
+from cdc_sync.documents import DocumentSync, state_fits_checkpoint
+from cdc_sync.documents.sync import STATE_FILE
 from cdc_sync.job.applier import BatchApplier, BatchObserver
 from cdc_sync.job.batch_phases import SmallBatches
 from cdc_sync.job.console import BatchLine, SnapshotProgress
@@ -156,6 +159,8 @@ class ConsumerJob:
         mapping = self.mapping = consumer.mapping
         options, connections = shared.options, shared.connections
         checkpoint = self.checkpoint_dir = consumer.checkpoint_dir
+        if consumer.is_document:
+            start_over_unless_state_fits(consumer)
         self.source = source_options(
             options,
             bootstrap=connections.require("kafka_bootstrap"),
@@ -298,6 +303,25 @@ class ConsumerJob:
             self.documents.close()
         if self.document_writer is not None:
             self.document_writer.close()
+
+
+def start_over_unless_state_fits(consumer: Consumer) -> None:
+    """A document consumer whose state does not belong to its checkpoint (lost, restored from
+    an older copy, or the checkpoint replaced) must not render from it: it starts over on a new
+    checkpoint, replaying the topics into a new index behind the alias (readers keep the
+    current documents until the new index has caught up). The flat sinks are not touched."""
+    checkpoint = consumer.checkpoint_dir
+    reason = state_fits_checkpoint(checkpoint, checkpoint / STATE_FILE)
+    if reason is None:
+        return
+    logging.getLogger(CONSOLE).info(
+        "%s: %s; starting this document index over on a new checkpoint (its topics are "
+        "replayed into a new index behind the alias; readers keep the current documents "
+        "until it has caught up)",
+        consumer.name,
+        reason,
+    )
+    shutil.rmtree(checkpoint)
 
 
 def document_writer(
