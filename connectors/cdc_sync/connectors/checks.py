@@ -15,6 +15,7 @@ from cdc_sync.core.errors import ConfigError
 from cdc_sync.core.model import TableId
 from cdc_sync.debezium.connector import ConnectorFile, captured_tables, load_connector
 from cdc_sync.mapping import MappingFile
+from cdc_sync.schema.catalog import quoted
 
 DEFAULT_NAMES = {"publication.name": "dbz_publication", "slot.name": "debezium"}
 TOASTABLE = {"text", "bytea", "json", "jsonb", "xml", "varchar"}
@@ -185,7 +186,7 @@ def _signal_table(
     found = None
     if table is not None:
         found = conn.execute(
-            "SELECT to_regclass(%s)", (f'"{table.schema}"."{table.table}"',)
+            "SELECT to_regclass(%s)", (quoted(table),)
         ).fetchone()
     exists = found is not None and found[0] is not None
     if table is None or not exists:
@@ -256,7 +257,7 @@ def _role(conn: psycopg.Connection[Any], user: str, tables: list[TableId]) -> li
     for table in tables:
         allowed = conn.execute(
             "SELECT has_table_privilege(%s, %s, 'SELECT')",
-            (user, f'"{table.schema}"."{table.table}"'),
+            (user, quoted(table)),
         ).fetchone()
         if not (allowed and allowed[0]):
             checks.append(
@@ -266,7 +267,7 @@ def _role(conn: psycopg.Connection[Any], user: str, tables: list[TableId]) -> li
 
 
 def _table(conn: psycopg.Connection[Any], table: TableId, config: Mapping[str, str]) -> list[Check]:
-    name = f'"{table.schema}"."{table.table}"'
+    name = quoted(table)
     checks = []
     has_pk = conn.execute(
         "SELECT 1 FROM pg_index WHERE indrelid = %s::regclass AND indisprimary", (name,)

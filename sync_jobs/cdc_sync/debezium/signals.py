@@ -22,6 +22,7 @@ from psycopg import sql
 from psycopg.abc import AdaptContext
 
 from cdc_sync.core.errors import ConfigError
+from cdc_sync.core.model import TableId
 
 SIGNAL_SETTING = "signal.data.collection"
 SIGNAL_DATA_CHARS = 2048  # the `data` column below: a longer signal does not fit
@@ -76,15 +77,25 @@ def request_snapshot(
             f"snapshot signal of {len(data)} characters exceeds the signal table's "
             f"{SIGNAL_DATA_CHARS}: split the filters (key_filters with a smaller budget)"
         )
-    schema, _, name = table.partition(".")
-    quoted = f'"{schema}"."{name}"'
-    conn.execute(SIGNAL_TABLE_DDL.format(table=quoted).encode())
+    name = _signal_identifier(table)
+    conn.execute(sql.SQL(SIGNAL_TABLE_DDL).format(table=name))
     signal_id = f"snapshot-{uuid.uuid4()}"
     conn.execute(
-        f"INSERT INTO {quoted} (id, type, data) VALUES (%s, 'execute-snapshot', %s)".encode(),
+        sql.SQL("INSERT INTO {} (id, type, data) VALUES (%s, 'execute-snapshot', %s)").format(name),
         (signal_id, data),
     )
     return signal_id
+
+
+def _signal_identifier(setting: str) -> sql.Identifier:
+    """`signal.data.collection` (`schema.table`, parts quoted where they hold a dot; a database
+    prefix is allowed) as a quoted SQL name."""
+    try:
+        table = TableId.parse(setting)
+    except ValueError:
+        *_, schema, name = setting.split(".")
+        table = TableId(schema, name)
+    return sql.Identifier(table.schema, table.table)
 
 
 def filter_budget(table: str) -> int:

@@ -31,6 +31,7 @@ from cdc_sync.job.batch_phases import SmallBatches
 from cdc_sync.job.checkpoint import default_checkpoint_dir, processed_offsets
 from cdc_sync.job.console import BatchLine, SnapshotProgress, catalog_estimates
 from cdc_sync.job.dead_letter import DeadLetterLedger, DeadLetterWriter
+from cdc_sync.job.generated import GeneratedColumns
 from cdc_sync.job.health import SinkHealth, SinkStatus
 from cdc_sync.job.health_relay import HealthRelay
 from cdc_sync.job.metrics_export import (
@@ -293,6 +294,7 @@ class SyncJob:
             [self.watermarks, *observers, self.status, *console],
             TruncateFences(FileTruncateFences.beside_checkpoint(options.checkpoint_dir)),
             self.documents,
+            GeneratedColumns.for_database(self.database.conninfo, modes),
         )
         self.processor = MicroBatchProcessor(
             self.applier,
