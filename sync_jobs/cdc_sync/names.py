@@ -70,12 +70,26 @@ def _java_trim(text: str) -> str:
 
 
 def include_entry(table: TableId, exact_case: bool) -> str:
-    """`table` as one entry of `table.include.list`, a regular expression Java and Python read
-    alike: ASCII punctuation escaped, control characters and spaces as `\\xhh` (an entry is
-    trimmed), a comma as `\\,` (entries are comma-separated); matched with its own case only
-    when `exact_case` (another table differs from it by case alone)."""
-    escaped = "".join(_literal(c) for c in f"{table.schema}.{table.table}")
+    """`table` as one entry of `table.include.list` (see `include_literal`)."""
+    return include_literal(f"{table.schema}.{table.table}", exact_case)
+
+
+def include_literal(name: str, exact_case: bool) -> str:
+    """`name` as an include-list entry matching exactly it, a regular expression Java and
+    Python read alike: ASCII punctuation escaped, control characters and spaces as `\\xhh` (an
+    entry is trimmed), a comma as `\\,` (entries are comma-separated); its case kept only when
+    `exact_case` (another name differs from it by case alone)."""
+    escaped = "".join(_literal(c) for c in name)
     return f"(?-i:{escaped})" if exact_case else escaped
+
+
+def same_but_case(a: str, b: str) -> bool:
+    """Whether an include-list entry for `a` matches `b` too (ASCII letters without case)."""
+    return a != b and _ascii_fold(a) == _ascii_fold(b)
+
+
+def _ascii_fold(text: str) -> str:
+    return "".join(c.lower() if c.isascii() else c for c in text)
 
 
 def _literal(char: str) -> str:

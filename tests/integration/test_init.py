@@ -1,8 +1,11 @@
 """`cdc-sync init` on a real catalog: what it flags, the files it writes pass both validators as
-the least-privilege role it creates, and a re-run on a changed schema diffs instead of writing."""
+the least-privilege role it creates, and a re-run on a changed schema diffs instead of writing;
+names with dots, quotes and case alone apart, partitioned tables (whose partition changes the
+setup's event trigger turns into Debezium signals) and generated columns."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,6 +36,8 @@ ALTER TABLE app.nothing REPLICA IDENTITY NOTHING;
 CREATE TABLE app.deferred (id int PRIMARY KEY DEFERRABLE INITIALLY DEFERRED);
 CREATE UNLOGGED TABLE app.scratch (id int PRIMARY KEY);
 CREATE TABLE app.shapes (id int PRIMARY KEY, p point);
+CREATE TABLE app.by_email (id int PRIMARY KEY, email text NOT NULL UNIQUE);
+ALTER TABLE app.by_email REPLICA IDENTITY USING INDEX by_email_email_key;
 """
 LEFT_OUT = {
     "app.no_key": "ADD PRIMARY KEY",
@@ -40,6 +45,7 @@ LEFT_OUT = {
     "app.deferred": "REPLICA IDENTITY FULL",
     "app.scratch": "SET LOGGED",
     "app.shapes": "'point'",
+    "app.by_email": "REPLICA IDENTITY DEFAULT (or USING INDEX on a unique index",
 }
 
 
@@ -112,3 +118,90 @@ def test_a_glob_that_matches_nothing_is_refused_by_name(
 
 def _resolved(config: Any, role: str) -> dict[str, str]:
     return dict(config) | {"database.user": role}
+
+
+ODD_SCHEMA = """
+CREATE SCHEMA "we""ird";
+CREATE TABLE "we""ird"."a.b" (id int PRIMARY KEY, "Note" text);
+CREATE TABLE "we""ird"."Users" (id int PRIMARY KEY);
+CREATE TABLE "we""ird".users (id int PRIMARY KEY);
+CREATE TABLE "we""ird"."order" (id int PRIMARY KEY,
+                                cents bigint NOT NULL,
+                                price numeric GENERATED ALWAYS AS (cents / 100.0) STORED);
+CREATE TABLE "we""ird".events (id bigint, at date, PRIMARY KEY (id, at)) PARTITION BY RANGE (at);
+CREATE TABLE "we""ird".events_2026_01 PARTITION OF "we""ird".events
+    FOR VALUES FROM ('2026-01-01') TO ('2026-02-01');
+INSERT INTO "we""ird".events VALUES (1, '2026-01-05');
+"""
+
+
+@pytest.fixture
+def odd_db(pg_url: str) -> Iterator[tuple[str, str]]:
+    name = f"odd{uuid.uuid4().hex[:6]}"
+    with private_database(pg_url, "init_odd") as url:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(ODD_SCHEMA.encode())
+        yield url, name
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(f'DROP ROLE IF EXISTS "cdc_sync_{name}"'.encode())
+
+
+def test_odd_names_partitions_and_generated_columns_go_through_init(
+    odd_db: tuple[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Before: a dot or a quote in a name aborted init with a psycopg error, a partitioned table
+    # was left out, and Users and users were routed to one index.
+    url, name = odd_db
+    argv = ["init", "--pg-url", url, "--tables", 'we"ird.*', "--name", name, "--out", str(tmp_path)]
+    assert main([*argv, "--apply"]) == 0
+    out = capsys.readouterr().out
+    assert "left out" not in out
+    assert 'we"ird.order: stored generated columns price: not published by Postgres < 18' in out
+    assert 'we"ird.events: partitioned (1 partitions now)' in out
+    mapping = load_mapping(tmp_path / "mappings" / f"{name}.yaml")
+    odd = [TableId('we"ird', t) for t in ("Users", "a.b", "events", "order", "users")]
+    assert sorted(mapping.tables) == odd
+    indices = [r.search.index for r in mapping.tables.values() if r.search is not None]
+    assert len(set(indices)) == len(indices)
+    connector = load_connector(tmp_path / "connectors" / f"{name}.json")
+    role = f"cdc_sync_{name}"
+    with psycopg.connect(as_role(url, role)) as conn:
+        checks = run_checks(connector, _resolved(connector.config, role), conn, mapping)
+        assert not [c for c in checks if c.severity == "error"], checks
+        assert validate_mapping(mapping, conn, connector) == []
+        assert conn.execute('SELECT count(*) FROM "we""ird".events').fetchone() == (1,)
+    with psycopg.connect(url) as conn:
+        pubviaroot = conn.execute(
+            "SELECT pubviaroot FROM pg_publication WHERE pubname = %s", (f"cdc_sync_{name}",)
+        ).fetchone()
+    assert pubviaroot == (True,)
+
+
+def test_partition_changes_become_debezium_signals(odd_db: tuple[str, str], tmp_path: Path) -> None:
+    url, name = odd_db
+    argv = ["init", "--pg-url", url, "--tables", 'we"ird.events', "--name", name]
+    assert main([*argv, "--out", str(tmp_path), "--apply"]) == 0
+    ddl = [
+        # Created while streaming: its rows arrive as the root's changes; nothing to signal.
+        'CREATE TABLE "we""ird".events_2026_02 PARTITION OF "we""ird".events '
+        "FOR VALUES FROM ('2026-02-01') TO ('2026-03-01')",
+        # Attached with rows: an incremental snapshot of the root, narrowed to its rows.
+        'CREATE TABLE "we""ird".events_2026_03 (LIKE "we""ird".events)',
+        'INSERT INTO "we""ird".events_2026_03 VALUES (3, \'2026-03-03\')',
+        'ALTER TABLE "we""ird".events ATTACH PARTITION "we""ird".events_2026_03 '
+        "FOR VALUES FROM ('2026-03-01') TO ('2026-04-01')",
+        'ALTER TABLE "we""ird".events ADD COLUMN note text',  # not about partitions
+        # Detached: a blocking snapshot of the root (its end sweeps the rows that left).
+        'ALTER TABLE "we""ird".events DETACH PARTITION "we""ird".events_2026_01',
+    ]
+    with psycopg.connect(url, autocommit=True) as conn:
+        for statement in ddl:
+            conn.execute(statement.encode())
+        signals = conn.execute('SELECT data FROM "we""ird".cdc_sync_signal ORDER BY id').fetchall()
+    data = sorted((json.loads(row[0]) for row in signals), key=lambda d: d["type"])
+    assert [d["type"] for d in data] == ["blocking", "incremental"]
+    blocking, incremental = data
+    assert blocking["data-collections"] == incremental["data-collections"] == ['we"ird.events']
+    [condition] = incremental["additional-conditions"]
+    assert condition["data-collection"] == 'we"ird.events'
+    assert "2026-03-01" in condition["filter"] and "2026-04-01" in condition["filter"]

@@ -185,9 +185,7 @@ def _signal_table(
     table = TableId(parts[-2], parts[-1]) if len(parts) >= 2 else None
     found = None
     if table is not None:
-        found = conn.execute(
-            "SELECT to_regclass(%s)", (quoted(table),)
-        ).fetchone()
+        found = conn.execute("SELECT to_regclass(%s)", (quoted(table),)).fetchone()
     exists = found is not None and found[0] is not None
     if table is None or not exists:
         return [
