@@ -6,11 +6,12 @@ Each finding names the setting to change. Errors block `apply`; warnings are pri
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 
+from cdc_sync.connectors.check import Check
+from cdc_sync.connectors.schema_checks import schema_checks
 from cdc_sync.core.errors import ConfigError
 from cdc_sync.core.model import TableId
 from cdc_sync.debezium.connector import ConnectorFile, captured_tables, load_connector
@@ -19,16 +20,6 @@ from cdc_sync.schema.catalog import quoted
 
 DEFAULT_NAMES = {"publication.name": "dbz_publication", "slot.name": "debezium"}
 TOASTABLE = {"text", "bytea", "json", "jsonb", "xml", "varchar"}
-
-
-@dataclass(frozen=True)
-class Check:
-    severity: str  # "error" | "warning"
-    setting: str  # what to change: a connector key, a Postgres setting, a grant
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.severity}: {self.setting}: {self.message}"
 
 
 def run_checks(
@@ -55,8 +46,10 @@ def run_checks(
     checks += _role(conn, config["database.user"], tables)
     for table in tables:
         checks += _table(conn, table, config)
+    found, partitions = schema_checks(conn, connector, config, tables)
+    checks += found
     if mapping is not None:
-        for table in mapping.uncovered(tables):
+        for table in mapping.uncovered(t for t in tables if t not in partitions):
             checks.append(
                 Check("error", f"{mapping.path}: tables", f"{table} is neither routed nor ignored")
             )

@@ -106,25 +106,25 @@ def _name(table: TableId) -> sql.Identifier:
     return sql.Identifier(table.schema, table.table)
 
 
-def trigger_name(plan: Plan) -> str:
+def trigger_name(connector: str) -> str:
     """The event trigger's name (event triggers are per database), its function's and that of
     the table recording each root's partitions."""
-    return f"cdc_sync_{plan.name}_partitions"
+    return f"cdc_sync_{connector}_partitions"
 
 
 def partitions_table(plan: Plan) -> TableId:
-    return TableId(plan.survey.control_schema, trigger_name(plan))
+    return TableId(plan.survey.control_schema, trigger_name(plan.name))
 
 
 def partition_trigger(plan: Plan, roots: list[TableId]) -> str:
     """The partitions each captured root has, recorded, and the event trigger that signals
     Debezium when they change (module docstring)."""
     state = _name(partitions_table(plan))
-    function = sql.Identifier(plan.survey.control_schema, trigger_name(plan))
+    function = sql.Identifier(plan.survey.control_schema, trigger_name(plan.name))
     values = {
         "state": state,
         "function": function,
-        "trigger": sql.Identifier(trigger_name(plan)),
+        "trigger": sql.Identifier(trigger_name(plan.name)),
         "signal": _name(plan.signal),
         "roots": sql.SQL(", ").join(
             sql.SQL("({}, {})").format(sql.Literal(_name(root).as_string()), sql.Literal(str(root)))

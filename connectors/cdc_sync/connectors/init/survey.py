@@ -81,6 +81,7 @@ class Flag:
     table: TableId
     problem: str
     fix: str
+    code: str = ""  # what kind of problem, for checks that report some kinds only
 
     def __str__(self) -> str:
         return f"{self.table}: {self.problem}. Fix: {self.fix}"
@@ -202,8 +203,7 @@ def flags_for(facts: TableFacts) -> list[Flag]:
             f"ALTER TABLE {quoted(table)} ADD PRIMARY KEY (<columns>)",
         )
     ]  # fmt: skip
-    for part in (facts, *facts.leaves):
-        flags += _decoding_flags(table, part, facts.key)
+    flags += decoding_flags(table, facts, facts.key) + partition_flags(facts)
     if facts.conversion_error is not None:
         flags.append(
             Flag(
@@ -215,7 +215,18 @@ def flags_for(facts: TableFacts) -> list[Flag]:
     return flags
 
 
-def _decoding_flags(table: TableId, part: TableFacts, key: tuple[str, ...]) -> list[Flag]:
+def partition_flags(facts: TableFacts) -> list[Flag]:
+    """What keeps a partitioned table's partitions from reaching the WAL whole: each partition's
+    own persistence and replica identity decide what its changes carry."""
+    return [flag for leaf in facts.leaves for flag in decoding_flags(facts.table, leaf, facts.key)]
+
+
+def identity_flags(facts: TableFacts) -> list[Flag]:
+    """REPLICA IDENTITY USING INDEX on an index that does not hold the primary key."""
+    return [flag for flag in decoding_flags(facts.table, facts, facts.key) if flag.code == "index"]
+
+
+def decoding_flags(table: TableId, part: TableFacts, key: tuple[str, ...]) -> list[Flag]:
     """What keeps `part` (the table, or one of its partitions) from reaching the WAL whole."""
     name = quoted(part.table)
     where = "" if part.table == table else f"its partition {part.table} is "
@@ -237,14 +248,15 @@ def _decoding_flags(table: TableId, part: TableFacts, key: tuple[str, ...]) -> l
             )
         )
     elif part.identity == "i" and not set(key) <= set(part.identity_index):
+        index, primary = ", ".join(part.identity_index), ", ".join(key)
         flags.append(
             Flag(
                 table,
-                f"{where}REPLICA IDENTITY USING INDEX on ({', '.join(part.identity_index)}), "
-                f"which does not hold the primary key ({', '.join(key)}): a delete would carry "
-                "no key the sinks know the row by",
-                f"ALTER TABLE {name} REPLICA IDENTITY DEFAULT (or USING INDEX on a unique "
-                "index of the key's columns)",
+                f"{where}REPLICA IDENTITY USING INDEX on ({index}), which does not hold the "
+                f"primary key ({primary}): a delete would carry no key the sinks know the row by",
+                f"ALTER TABLE {name} REPLICA IDENTITY DEFAULT (or USING INDEX on a unique index "
+                "of the key's columns)",
+                code="index",
             )
         )
     elif part.deferrable_key and part.identity != "f":
