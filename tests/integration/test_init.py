@@ -14,12 +14,13 @@ from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import pytest
+from psycopg import Connection
 
 from cdc_sync.cli import main
 from cdc_sync.connectors.checks import run_checks
 from cdc_sync.core.model import TableId
-from cdc_sync.debezium.connector import load_connector
-from cdc_sync.mapping import load_mapping
+from cdc_sync.debezium.connector import ConnectorFile, load_connector
+from cdc_sync.mapping import MappingFile, load_mapping
 from cdc_sync.verify.mapping_check import validate_mapping
 from tests.pg import private_database
 
@@ -49,16 +50,21 @@ LEFT_OUT = {
 }
 
 
-@pytest.fixture
-def app_db(pg_url: str) -> Iterator[tuple[str, str]]:
-    """(database URL, connector name): the schema above; the role init makes is dropped after."""
-    name = f"app{uuid.uuid4().hex[:6]}"
-    with private_database(pg_url, "init") as url:
+def database_with(pg_url: str, prefix: str, schema: str) -> Iterator[tuple[str, str]]:
+    """(database URL, connector name): a database with `schema`; the role init makes is
+    dropped after it."""
+    name = f"{prefix}{uuid.uuid4().hex[:6]}"
+    with private_database(pg_url, f"init_{prefix}") as url:
         with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute(SCHEMA.encode())
+            conn.execute(schema.encode())
         yield url, name
     with psycopg.connect(pg_url, autocommit=True) as conn:
         conn.execute(f'DROP ROLE IF EXISTS "cdc_sync_{name}"'.encode())
+
+
+@pytest.fixture
+def app_db(pg_url: str) -> Iterator[tuple[str, str]]:
+    yield from database_with(pg_url, "app", SCHEMA)
 
 
 def as_role(url: str, role: str) -> str:
@@ -66,25 +72,45 @@ def as_role(url: str, role: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{role}@{parts.hostname}:{parts.port}"))
 
 
+def applied(
+    url: str, name: str, tables: str, folder: Path, capsys: pytest.CaptureFixture[str]
+) -> tuple[list[str], str]:
+    """`init --apply` run on `tables`: its arguments (without --apply) and what it printed."""
+    argv = ["init", "--pg-url", url, "--tables", tables, "--name", name, "--out", str(folder)]
+    assert main([*argv, "--apply"]) == 0
+    return argv, capsys.readouterr().out
+
+
+def written(folder: Path, name: str) -> tuple[ConnectorFile, MappingFile]:
+    """The connector and mapping files init wrote, loaded as the job loads them."""
+    connector = load_connector(folder / "connectors" / f"{name}.json")
+    return connector, load_mapping(folder / "mappings" / f"{name}.yaml")
+
+
+def as_its_role(
+    url: str, name: str, connector: ConnectorFile, mapping: MappingFile
+) -> Connection[Any]:
+    """A connection as the role init made, once both validators found no error with it."""
+    role = f"cdc_sync_{name}"
+    conn = psycopg.connect(as_role(url, role))
+    checks = run_checks(connector, _resolved(connector.config, role), conn, mapping)
+    assert not [c for c in checks if c.severity == "error"], checks
+    assert validate_mapping(mapping, conn, connector) == []
+    return conn
+
+
 def test_init_writes_files_that_pass_both_validators_as_its_role(
     app_db: tuple[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     url, name = app_db
-    argv = ["init", "--pg-url", url, "--tables", "app.*", "--name", name, "--out", str(tmp_path)]
-    assert main([*argv, "--apply"]) == 0
-    out = capsys.readouterr().out
+    argv, out = applied(url, name, "app.*", tmp_path, capsys)
     for table, fix in LEFT_OUT.items():
         [line] = [line for line in out.splitlines() if line.startswith(f"left out: {table}:")]
         assert fix in line
-    connector = load_connector(tmp_path / "connectors" / f"{name}.json")
-    mapping = load_mapping(tmp_path / "mappings" / f"{name}.yaml")
+    connector, mapping = written(tmp_path, name)
     assert {str(t) for t in mapping.tables} == {"app.users", "app.visits"}
 
-    role = f"cdc_sync_{name}"
-    with psycopg.connect(as_role(url, role)) as conn:
-        checks = run_checks(connector, _resolved(connector.config, role), conn, mapping)
-        assert not [c for c in checks if c.severity == "error"], checks
-        assert validate_mapping(mapping, conn, connector) == []
+    with as_its_role(url, name, connector, mapping) as conn:
         # The least privilege: reads of the captured tables, nothing of the others.
         conn.execute("SELECT count(*) FROM app.visits")
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
@@ -137,13 +163,7 @@ INSERT INTO "we""ird".events VALUES (1, '2026-01-05');
 
 @pytest.fixture
 def odd_db(pg_url: str) -> Iterator[tuple[str, str]]:
-    name = f"odd{uuid.uuid4().hex[:6]}"
-    with private_database(pg_url, "init_odd") as url:
-        with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute(ODD_SCHEMA.encode())
-        yield url, name
-    with psycopg.connect(pg_url, autocommit=True) as conn:
-        conn.execute(f'DROP ROLE IF EXISTS "cdc_sync_{name}"'.encode())
+    yield from database_with(pg_url, "odd", ODD_SCHEMA)
 
 
 def test_odd_names_partitions_and_generated_columns_go_through_init(
@@ -152,23 +172,16 @@ def test_odd_names_partitions_and_generated_columns_go_through_init(
     # Before: a dot or a quote in a name aborted init with a psycopg error, a partitioned table
     # was left out, and Users and users were routed to one index.
     url, name = odd_db
-    argv = ["init", "--pg-url", url, "--tables", 'we"ird.*', "--name", name, "--out", str(tmp_path)]
-    assert main([*argv, "--apply"]) == 0
-    out = capsys.readouterr().out
+    _, out = applied(url, name, 'we"ird.*', tmp_path, capsys)
     assert "left out" not in out
     assert 'we"ird.order: stored generated columns price: not published by Postgres < 18' in out
     assert 'we"ird.events: partitioned (1 partitions now)' in out
-    mapping = load_mapping(tmp_path / "mappings" / f"{name}.yaml")
+    connector, mapping = written(tmp_path, name)
     odd = [TableId('we"ird', t) for t in ("Users", "a.b", "events", "order", "users")]
     assert sorted(mapping.tables) == odd
     indices = [r.search.index for r in mapping.tables.values() if r.search is not None]
     assert len(set(indices)) == len(indices)
-    connector = load_connector(tmp_path / "connectors" / f"{name}.json")
-    role = f"cdc_sync_{name}"
-    with psycopg.connect(as_role(url, role)) as conn:
-        checks = run_checks(connector, _resolved(connector.config, role), conn, mapping)
-        assert not [c for c in checks if c.severity == "error"], checks
-        assert validate_mapping(mapping, conn, connector) == []
+    with as_its_role(url, name, connector, mapping) as conn:
         assert conn.execute('SELECT count(*) FROM "we""ird".events').fetchone() == (1,)
     with psycopg.connect(url) as conn:
         pubviaroot = conn.execute(
