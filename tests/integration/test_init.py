@@ -147,17 +147,18 @@ def _resolved(config: Any, role: str) -> dict[str, str]:
 
 
 ODD_SCHEMA = """
-CREATE SCHEMA "we""ird";
-CREATE TABLE "we""ird"."a.b" (id int PRIMARY KEY, "Note" text);
-CREATE TABLE "we""ird"."Users" (id int PRIMARY KEY);
-CREATE TABLE "we""ird".users (id int PRIMARY KEY);
-CREATE TABLE "we""ird"."order" (id int PRIMARY KEY,
+CREATE SCHEMA "We.ird";
+CREATE TABLE "We.ird"."a.b" (id int PRIMARY KEY, "Note" text);
+CREATE TABLE "We.ird"."Users" (id int PRIMARY KEY);
+CREATE TABLE "We.ird".users (id int PRIMARY KEY);
+CREATE TABLE "We.ird"."say ""hi"" there" (id int PRIMARY KEY);
+CREATE TABLE "We.ird"."order" (id int PRIMARY KEY,
                                 cents bigint NOT NULL,
                                 price numeric GENERATED ALWAYS AS (cents / 100.0) STORED);
-CREATE TABLE "we""ird".events (id bigint, at date, PRIMARY KEY (id, at)) PARTITION BY RANGE (at);
-CREATE TABLE "we""ird".events_2026_01 PARTITION OF "we""ird".events
+CREATE TABLE "We.ird".events (id bigint, at date, PRIMARY KEY (id, at)) PARTITION BY RANGE (at);
+CREATE TABLE "We.ird".events_2026_01 PARTITION OF "We.ird".events
     FOR VALUES FROM ('2026-01-01') TO ('2026-02-01');
-INSERT INTO "we""ird".events VALUES (1, '2026-01-05');
+INSERT INTO "We.ird".events VALUES (1, '2026-01-05');
 """
 
 
@@ -169,20 +170,23 @@ def odd_db(pg_url: str) -> Iterator[tuple[str, str]]:
 def test_odd_names_partitions_and_generated_columns_go_through_init(
     odd_db: tuple[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # Before: a dot or a quote in a name aborted init with a psycopg error, a partitioned table
-    # was left out, and Users and users were routed to one index.
+    # Before: a dot or a quote in a name aborted init with a psycopg error (or `--tables` could
+    # not name the schema), a partitioned table was left out, and Users and users were routed
+    # to one index.
     url, name = odd_db
-    _, out = applied(url, name, 'we"ird.*', tmp_path, capsys)
-    assert "left out" not in out
-    assert 'we"ird.order: stored generated columns price: not published by Postgres < 18' in out
-    assert 'we"ird.events: partitioned (1 partitions now)' in out
+    _, out = applied(url, name, '"We.ird".*', tmp_path, capsys)
+    # Debezium cannot snapshot a name with a quote (test_debezium_names.py): left out.
+    [left_out] = [line for line in out.splitlines() if line.startswith("left out")]
+    assert left_out.startswith('left out: "We.ird".say "hi" there: a double quote in its name')
+    assert '"We.ird".order: stored generated columns price: not published by Postgres < 18' in out
+    assert '"We.ird".events: partitioned (1 partitions now)' in out
     connector, mapping = written(tmp_path, name)
-    odd = [TableId('we"ird', t) for t in ("Users", "a.b", "events", "order", "users")]
+    odd = [TableId("We.ird", t) for t in ("Users", "a.b", "events", "order", "users")]
     assert sorted(mapping.tables) == odd
     indices = [r.search.index for r in mapping.tables.values() if r.search is not None]
     assert len(set(indices)) == len(indices)
     with as_its_role(url, name, connector, mapping) as conn:
-        assert conn.execute('SELECT count(*) FROM "we""ird".events').fetchone() == (1,)
+        assert conn.execute('SELECT count(*) FROM "We.ird".events').fetchone() == (1,)
     with psycopg.connect(url) as conn:
         pubviaroot = conn.execute(
             "SELECT pubviaroot FROM pg_publication WHERE pubname = %s", (f"cdc_sync_{name}",)
@@ -192,29 +196,29 @@ def test_odd_names_partitions_and_generated_columns_go_through_init(
 
 def test_partition_changes_become_debezium_signals(odd_db: tuple[str, str], tmp_path: Path) -> None:
     url, name = odd_db
-    argv = ["init", "--pg-url", url, "--tables", 'we"ird.events', "--name", name]
+    argv = ["init", "--pg-url", url, "--tables", '"We.ird".events', "--name", name]
     assert main([*argv, "--out", str(tmp_path), "--apply"]) == 0
     ddl = [
         # Created while streaming: its rows arrive as the root's changes; nothing to signal.
-        'CREATE TABLE "we""ird".events_2026_02 PARTITION OF "we""ird".events '
+        'CREATE TABLE "We.ird".events_2026_02 PARTITION OF "We.ird".events '
         "FOR VALUES FROM ('2026-02-01') TO ('2026-03-01')",
         # Attached with rows: an incremental snapshot of the root, narrowed to its rows.
-        'CREATE TABLE "we""ird".events_2026_03 (LIKE "we""ird".events)',
-        'INSERT INTO "we""ird".events_2026_03 VALUES (3, \'2026-03-03\')',
-        'ALTER TABLE "we""ird".events ATTACH PARTITION "we""ird".events_2026_03 '
+        'CREATE TABLE "We.ird".events_2026_03 (LIKE "We.ird".events)',
+        "INSERT INTO \"We.ird\".events_2026_03 VALUES (3, '2026-03-03')",
+        'ALTER TABLE "We.ird".events ATTACH PARTITION "We.ird".events_2026_03 '
         "FOR VALUES FROM ('2026-03-01') TO ('2026-04-01')",
-        'ALTER TABLE "we""ird".events ADD COLUMN note text',  # not about partitions
+        'ALTER TABLE "We.ird".events ADD COLUMN note text',  # not about partitions
         # Detached: a blocking snapshot of the root (its end sweeps the rows that left).
-        'ALTER TABLE "we""ird".events DETACH PARTITION "we""ird".events_2026_01',
+        'ALTER TABLE "We.ird".events DETACH PARTITION "We.ird".events_2026_01',
     ]
     with psycopg.connect(url, autocommit=True) as conn:
         for statement in ddl:
             conn.execute(statement.encode())
-        signals = conn.execute('SELECT data FROM "we""ird".cdc_sync_signal ORDER BY id').fetchall()
+        signals = conn.execute('SELECT data FROM "We.ird".cdc_sync_signal ORDER BY id').fetchall()
     data = sorted((json.loads(row[0]) for row in signals), key=lambda d: d["type"])
     assert [d["type"] for d in data] == ["blocking", "incremental"]
     blocking, incremental = data
-    assert blocking["data-collections"] == incremental["data-collections"] == ['we"ird.events']
+    assert blocking["data-collections"] == incremental["data-collections"] == ['"We.ird".events']
     [condition] = incremental["additional-conditions"]
-    assert condition["data-collection"] == 'we"ird.events'
+    assert condition["data-collection"] == '"We.ird".events'
     assert "2026-03-01" in condition["filter"] and "2026-04-01" in condition["filter"]

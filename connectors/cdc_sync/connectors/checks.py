@@ -9,12 +9,14 @@ from collections.abc import Mapping
 from typing import Any
 
 import psycopg
+from psycopg import sql
 
 from cdc_sync.connectors.check import Check
 from cdc_sync.connectors.schema_checks import schema_checks
 from cdc_sync.core.errors import ConfigError
 from cdc_sync.core.model import TableId
 from cdc_sync.debezium.connector import ConnectorFile, captured_tables, load_connector
+from cdc_sync.debezium.signals import signal_table_id
 from cdc_sync.mapping import MappingFile
 from cdc_sync.schema.catalog import quoted
 
@@ -174,8 +176,7 @@ def _signal_table(
     name = config.get("signal.data.collection")
     if not name:
         return []
-    parts = name.split(".")  # schema.table (a database prefix is allowed)
-    table = TableId(parts[-2], parts[-1]) if len(parts) >= 2 else None
+    table = signal_table_id(name)
     found = None
     if table is not None:
         found = conn.execute("SELECT to_regclass(%s)", (quoted(table),)).fetchone()
@@ -235,7 +236,8 @@ def _role(conn: psycopg.Connection[Any], user: str, tables: list[TableId]) -> li
     replication, superuser = row
     checks = []
     if not (replication or superuser):
-        checks.append(Check("error", "database.user", f"ALTER ROLE {user} REPLICATION is needed"))
+        needed = f"ALTER ROLE {_role_name(user)} REPLICATION is needed"
+        checks.append(Check("error", "database.user", needed))
     if superuser:
         checks.append(
             Check(
@@ -252,9 +254,17 @@ def _role(conn: psycopg.Connection[Any], user: str, tables: list[TableId]) -> li
         ).fetchone()
         if not (allowed and allowed[0]):
             checks.append(
-                Check("error", "database.user", f"GRANT SELECT ON {table} TO {user} is needed")
+                Check(
+                    "error",
+                    "database.user",
+                    f"GRANT SELECT ON {quoted(table)} TO {_role_name(user)} is needed",
+                )
             )
     return checks
+
+
+def _role_name(user: str) -> str:
+    return sql.Identifier(user).as_string()
 
 
 def _table(conn: psycopg.Connection[Any], table: TableId, config: Mapping[str, str]) -> list[Check]:

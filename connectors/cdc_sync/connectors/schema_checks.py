@@ -16,6 +16,7 @@ from cdc_sync.connectors.init.setup import trigger_name
 from cdc_sync.connectors.init.survey import (
     TableFacts,
     identity_flags,
+    name_flags,
     partition_flags,
     table_facts,
 )
@@ -47,6 +48,8 @@ def schema_checks(
         checks += _publication(conn, config, roots)
         checks += _event_trigger(conn, connector.name, roots)
     for found in facts:
+        for flag in name_flags(found.table):
+            checks.append(Check("error", "table.include.list", str(flag)))
         for flag in [*identity_flags(found), *partition_flags(found)]:
             message = f"{flag.problem}. Fix: {flag.fix}"
             checks.append(Check("error", f"REPLICA IDENTITY of {flag.table}", message))

@@ -77,7 +77,14 @@ def request_snapshot(
             f"snapshot signal of {len(data)} characters exceeds the signal table's "
             f"{SIGNAL_DATA_CHARS}: split the filters (key_filters with a smaller budget)"
         )
-    name = _signal_identifier(table)
+    found = signal_table_id(table)
+    if found is None:
+        raise ConfigError(
+            config.get("name", "connector"),
+            f"config.{SIGNAL_SETTING}",
+            f"{table!r}: expected schema.table (a part holding a dot double-quoted)",
+        )
+    name = sql.Identifier(found.schema, found.table)
     conn.execute(sql.SQL(SIGNAL_TABLE_DDL).format(table=name))
     signal_id = f"snapshot-{uuid.uuid4()}"
     conn.execute(
@@ -87,15 +94,14 @@ def request_snapshot(
     return signal_id
 
 
-def _signal_identifier(setting: str) -> sql.Identifier:
-    """`signal.data.collection` (`schema.table`, parts quoted where they hold a dot; a database
-    prefix is allowed) as a quoted SQL name."""
+def signal_table_id(setting: str) -> TableId | None:
+    """The table `signal.data.collection` names (`schema.table`, a part holding a dot quoted;
+    a database prefix is allowed), None when it names none."""
     try:
-        table = TableId.parse(setting)
+        return TableId.parse(setting)
     except ValueError:
-        *_, schema, name = setting.split(".")
-        table = TableId(schema, name)
-    return sql.Identifier(table.schema, table.table)
+        parts = setting.split(".")
+        return TableId(parts[-2], parts[-1]) if len(parts) >= 2 else None
 
 
 def filter_budget(table: str) -> int:
