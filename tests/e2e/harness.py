@@ -9,17 +9,17 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import psycopg
 from pyspark.sql import SparkSession
-from pyspark.sql.streaming import StreamingQuery
 
 from cdc_sync.core.model import TableId
 from cdc_sync.core.settings import Connections
 from cdc_sync.job.metrics_export import ConnectorStatus
-from cdc_sync.job.runner import JobOptions, SyncJob
+from cdc_sync.job.runner import JobOptions, QueryGroup, SyncJob
 from cdc_sync.mapping import MappingFile, load_mapping
 from cdc_sync.verify.compare import Report, primary_key, verify_all
 
@@ -42,7 +42,10 @@ class SyncHarness:
         self.connections = connections
         self.root = root
         self.job: SyncJob | None = None
-        self.query: StreamingQuery | None = None
+        self.query: QueryGroup | None = None
+        # Capture by the embedded engine (tests/e2e/conftest.py): restart it without its
+        # offsets, a new initial snapshot, running the callable while it is down.
+        self.snapshot_again: Callable[[Callable[[], None]], None] | None = None
 
     def options(self, checkpoint: str) -> JobOptions:
         return JobOptions(

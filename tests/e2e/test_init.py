@@ -226,7 +226,7 @@ def test_init_then_capture_run_and_verify_converge(
         job.wait_converged(timeout_seconds=300)
         assert main([*settings, "verify", "--mapping", str(mapping_file)]) == 0
         assert job.job is not None
-        heartbeat = idle_batch(job.job.applier)
+        heartbeat = idle_batch(job.job.consumer("search").applier)
         # What the console's idle line reports: a lag from the heartbeat's commit time.
         assert heartbeat.source_ts_ms is not None
         assert 0 <= time.time() * 1000 - heartbeat.source_ts_ms < 30_000

@@ -244,7 +244,7 @@ def applied_through(run: SyncHarness, where: tuple[str, int], offset: int) -> li
     while True:
         run.raise_if_failed()
         assert run.job is not None
-        history = list(run.job.applier.history)
+        history = list(run.job.consumer("search").applier.history)
         if any(batch.offsets.get(where, -1) >= offset for batch in history):
             return history
         assert time.monotonic() < deadline, f"the job did not apply offset {offset}"

@@ -227,7 +227,7 @@ def _exported_metric_names() -> set[str]:
     )
     batch.tables[table] = TableProgress(1, 10, 1_700_000_000_000)
     batch.table_sinks[(table, "search")] = WriteResult(applied=1)
-    metrics.observe(batch)
+    metrics.observe(batch, "search")
     return {s.name for family in metrics.registry.collect() for s in family.samples}
 
 

@@ -135,6 +135,17 @@ class Change:
     # per version (the last change of each), oldest first. The fold keeps only the newest state;
     # the history needs every version (sinks.delta.history). Empty for every other table.
     earlier: tuple[Change, ...] = field(default=(), compare=False, repr=False)
+    # A delete: the row the key held just before it, when the batch held the change that wrote
+    # it, whole (no unchanged-TOAST column left out): the fold keeps it (job.fold), so a
+    # soft-delete sink's filter reads the row as it was deleted (`cdc_sync.shape`). None when
+    # the batch did not hold it: the sink holds that state, if it matched.
+    deleted_row: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
+    # A soft delete (`on_delete: soft`, `cdc_sync.shape`): `row` holds the markers (and the key,
+    # or the whole shaped `deleted_row`). A sink writes it over the row it holds for the key,
+    # fenced by version, keeping the stored fields the mark does not carry; a sink that holds no
+    # row for the key applies it as the plain delete at the same version (a tombstone, which
+    # still fences): a row the sink never held is never marked.
+    marks_deleted: bool = False
 
     @property
     def is_delete(self) -> bool:

@@ -56,6 +56,7 @@ class Rejected:
 @dataclass
 class BatchMetrics:
     batch_id: int
+    consumer: str = "job"  # the consumer of the log that applied it (job.consumers)
     records: int = 0
     changes: int = 0
     compacted: int = 0
@@ -104,7 +105,8 @@ class BatchMetrics:
             for name, r in self.sinks.items()
         )
         return (
-            f"batch {self.batch_id}: records={self.records} changes={self.changes} "
+            f"{self.consumer} batch {self.batch_id}: records={self.records} "
+            f"changes={self.changes} "
             f"compacted={self.compacted} tombstones={self.tombstones} malformed={self.malformed} "
             f"truncates={self.truncates} truncated={self.truncated} "
             f"dead_lettered={self.dead_lettered} unavailable_gone={self.unavailable_gone} "
@@ -149,10 +151,14 @@ class BatchApplier:
         truncates: TruncateFences | None = None,
         documents: DocumentSync | None = None,
         generated: GeneratedColumns | None = None,
+        consumer: str = "job",
     ) -> None:
         """`truncates`: the tables' TRUNCATE fences (kept beside the checkpoint by the job;
         without, in memory). `documents`: the document indices' step (mapping `documents`).
-        `generated`: the tables' stored generated columns (`job.generated`)."""
+        `generated`: the tables' stored generated columns (`job.generated`). `consumer`: which
+        consumer of the log this is (job.consumers): its batch lines and the dead letters of
+        records it could not parse carry the name."""
+        self.consumer = consumer
         self.mapping = mapping
         self.sinks = list(sinks)
         self.dead_letters = dead_letters
@@ -247,7 +253,12 @@ class BatchApplier:
         the batch's rows is written."""
         started = time.monotonic()
         metrics = BatchMetrics(
-            batch_id, records=records, changes=changes, compacted=compacted, ran_on=ran_on
+            batch_id,
+            records=records,
+            changes=changes,
+            compacted=compacted,
+            ran_on=ran_on,
+            consumer=self.consumer,
         )
         metrics.stages.update(stage_seconds or {})
         metrics.offsets.update(offsets or {})
@@ -439,7 +450,7 @@ class BatchApplier:
             letters.append(
                 DeadLetter(
                     coordinates=record.coordinates,
-                    sink="none",
+                    sink=self.consumer,  # each consumer skips the record: each says so
                     stage="parse",
                     error_class=record.error_class or "MalformedRecord",
                     message=f"{record.error_field}: {record.message}",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from psycopg import sql
@@ -106,7 +106,11 @@ class BatchLine:
         watermark: Callable[[], int | None] = lambda: None,
         clock: Callable[[], float] = time.monotonic,
         every_seconds: float = IDLE_LINE_SECONDS,
+        consumer: str | None = None,
     ) -> None:
+        """`consumer`: the consumer of the log whose batches these are (its lines start with
+        its name)."""
+        self.prefix = f"{consumer}: " if consumer else ""
         self.watermark = watermark
         self.clock = clock
         self.every_seconds = every_seconds
@@ -137,9 +141,9 @@ class BatchLine:
         line = batch_line(metrics, now_ms)
         shown = self.console_line(metrics, now_ms)
         if shown is not None:
-            console_log.info("%s", shown)
+            console_log.info("%s%s", self.prefix, shown)
         if shown != line:
-            log.info("%s", line)  # the log file (and the console with -v)
+            log.info("%s%s", self.prefix, line)  # the log file (and the console with -v)
 
 
 # A table the catalog has no estimate for (never analyzed) is counted when at most this big.
@@ -172,21 +176,30 @@ def catalog_estimates(conn: Any, tables: list[TableId]) -> dict[TableId, int | N
 
 
 class SnapshotProgress:
-    """A live view of the initial snapshot: one bar per table. Shown from the job's start on a
-    fresh checkpoint (the initial load is coming) or from the first batch of snapshot rows;
-    ends with a summary line once a batch carries no snapshot rows, or when the job stops."""
+    """A live view of the initial snapshot: one bar per table, counting the rows every consumer
+    routing the table has synced (the slowest one's). Shown from the job's start on a fresh
+    checkpoint (the initial load is coming) or from the first batch of snapshot rows; ends with
+    a summary line once every consumer that loaded snapshot rows has a batch without them, or
+    when the job stops."""
 
     def __init__(
         self,
         estimates: Mapping[TableId, int | None],
         expect_snapshot: bool,
         console: Console | None = None,
+        consumers_of: Mapping[TableId, Collection[str]] | None = None,
     ) -> None:
+        """`consumers_of`: per table, the consumers whose rows count (default: whichever
+        reports it)."""
         self.estimates = dict(estimates)
         self.console = console or Console()
+        self.consumers_of = {t: frozenset(c) for t, c in (consumers_of or {}).items()}
         self.progress: Progress | None = None
         self.tasks: dict[TableId, TaskID] = {}
-        self.rows: dict[TableId, int] = {}
+        self.rows: dict[TableId, int] = {}  # synced by every consumer routing the table
+        self.loaded: dict[tuple[str, TableId], int] = {}  # per consumer and table
+        self.loading: set[str] = set()  # consumers that applied snapshot rows
+        self.finished: set[str] = set()  # of those, the ones whose load is over
         self.started = 0.0
         self.done = False
         self.expect_snapshot = expect_snapshot
@@ -213,20 +226,36 @@ class SnapshotProgress:
             self.tasks[table] = self.progress.add_task(str(table), total=estimate, rate="")
         self.progress.start()
 
+    def observer(self, consumer: str) -> Callable[[BatchMetrics], None]:
+        """The batch observer of one consumer of the log."""
+        return lambda metrics: self.observe(metrics, consumer)
+
     def __call__(self, metrics: BatchMetrics) -> None:
+        self.observe(metrics, "job")
+
+    def observe(self, metrics: BatchMetrics, consumer: str) -> None:
         if self.done:
             return
         snapshot = {t: p.snapshot_rows for t, p in metrics.tables.items() if p.snapshot_rows}
         if not snapshot:
-            if self.progress is not None and (self.rows or metrics.compacted):
-                self.close()  # streamed changes and no snapshot rows: the initial load is over
+            # A batch without snapshot rows after some: this consumer's initial load is over.
+            if consumer in self.loading:
+                self.finished.add(consumer)
+            expected = set().union(*self.consumers_of.values()) or self.loading
+            over = self.loading and self.finished >= expected
+            if self.progress is not None and (over or (not self.loading and metrics.compacted)):
+                self.close()
             return
+        self.loading.add(consumer)
+        self.finished.discard(consumer)
         if self.progress is None:
             self._open()
         assert self.progress is not None
         elapsed = max(time.monotonic() - self.started, 1e-6)
         for table, rows in snapshot.items():
-            self.rows[table] = self.rows.get(table, 0) + rows
+            self.loaded[(consumer, table)] = self.loaded.get((consumer, table), 0) + rows
+            routing = self.consumers_of.get(table) or {consumer}
+            self.rows[table] = min(self.loaded.get((name, table), 0) for name in routing)
             task = self.tasks.get(table)
             if task is None:
                 task = self.tasks[table] = self.progress.add_task(str(table), total=None, rate="")

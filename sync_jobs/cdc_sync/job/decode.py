@@ -131,6 +131,7 @@ def _decode_row(
             "version": parsed.version,
             "bound": parsed.commit_bound,
             "position": parsed.position,
+            "ts": parsed.source_ts_ms,
         }
     if isinstance(parsed, Tombstone):
         if tombstone_deletes is not None and str(parsed.table) in tombstone_deletes:
@@ -463,10 +464,10 @@ def decode_and_fold(
 
 
 def _snapshot_end_rows(decoded: pa.Table) -> list[dict[str, object]]:
-    """A side row per table snapshot that ended in this partition (its last row's coordinates
-    and version); the row itself is folded like any change."""
+    """A side row per table snapshot that ended in this partition (its last row's coordinates,
+    version and time); the row itself is folded like any change."""
     ended = decoded.filter(pc.fill_null(decoded["ends_snapshot"], False))
-    columns = ["table", "version", "topic", "partition", "offset"]
+    columns = ["table", "version", "topic", "partition", "offset", "ts"]
     return [row | {"kind": KIND_SNAPSHOT_END} for row in ended.select(columns).to_pylist()]
 
 

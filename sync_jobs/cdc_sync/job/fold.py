@@ -10,6 +10,10 @@ change just before it in the log (the delete event it follows, normally), or, wh
 none (the log cleaner removed it, or it sits in an earlier batch), stays UNVERSIONED: the sinks
 then delete whatever they hold, and every change after it in the log still wins.
 
+A delete keeps the row it removes when the batch holds it whole (`Change.deleted_row`): the
+newest change wins, but a soft-delete sink with a filter must know whether the row still matched
+when it was deleted (docs/mappings.md "Soft deletes").
+
 Deferrable-key swaps. Keyed by primary key, a transaction that swaps two rows' keys (`UPDATE t
 SET id = 3 - id` on a DEFERRABLE key) reads d(1) ts(1) c(2) d(2) ts(2) c(1): key 2's last change
 is a delete though Postgres holds key 2. A chain 5 -> 6 -> 5 in one transaction emits the same
@@ -80,7 +84,9 @@ def order_key(change: Change) -> tuple[int, int, int]:
 
 def fold(older: Change, newer: Change) -> Change:
     """The state after applying `newer` on top of `older` (same table and key)."""
-    if newer.is_delete or not newer.unavailable_columns or older.is_delete or older.row is None:
+    if newer.is_delete:
+        return _deleting(older, newer)
+    if not newer.unavailable_columns or older.is_delete or older.row is None:
         return newer
     assert newer.row is not None
     # An uncertain placeholder may be a real null that replaced the older value: not filled.
@@ -96,6 +102,19 @@ def fold(older: Change, newer: Change) -> Change:
         row={**newer.row, **recovered},
         unavailable_columns=newer.unavailable_columns - recovered.keys(),
     )
+
+
+def _deleting(older: Change, delete: Change) -> Change:
+    """`delete` with the row it removes when the batch holds it whole (`Change.deleted_row`:
+    what a soft-delete sink's filter reads): dropping the older change must not drop the
+    fact that the row had left a filter before it was deleted."""
+    if older.is_delete:
+        row = older.deleted_row  # a tombstone after its delete event
+    elif older.row is not None and not older.unavailable_columns:
+        row = older.row
+    else:
+        row = None  # partly unknown: the sink's stored row decides (`Change.marks_deleted`)
+    return delete if row is None else dataclasses.replace(delete, deleted_row=row)
 
 
 def version_tombstones(

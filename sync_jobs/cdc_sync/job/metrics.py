@@ -48,18 +48,27 @@ class JobMetrics:
         self._capture = capture
         self._clock = clock
         self._lock = threading.Lock()
-        self._watermarks: dict[TableId, TableProgress] = {}
-        self._processed: dict[tuple[str, int], int] = {}
+        # Per (consumer, table) and (consumer, topic, partition): each consumer of the log
+        # (job.consumers) applies and commits on its own.
+        self._watermarks: dict[tuple[str, TableId], TableProgress] = {}
+        self._processed: dict[tuple[str, str, int], int] = {}
         counter = _counter_factory(self.registry)
-        self.batches = counter("cdc_sync_batches", "Micro-batches every sink acknowledged")
-        self.records = counter("cdc_sync_records", "Kafka records read")
-        self.tombstones = counter("cdc_sync_tombstone_records", "Kafka tombstones (null values)")
-        self.malformed = counter("cdc_sync_malformed_records", "Records that could not be parsed")
+        consumer = ["consumer"]
+        self.batches = counter("cdc_sync_batches", "Micro-batches a consumer applied", consumer)
+        self.records = counter("cdc_sync_records", "Kafka records read", consumer)
+        self.tombstones = counter(
+            "cdc_sync_tombstone_records", "Kafka tombstones (null values)", consumer
+        )
+        self.malformed = counter(
+            "cdc_sync_malformed_records", "Records that could not be parsed", consumer
+        )
         self.dead_lettered = counter(
-            "cdc_sync_dead_lettered_records", "Records written to the dead-letter topic"
+            "cdc_sync_dead_lettered_records", "Records written to the dead-letter topic", consumer
         )
         self.changes = counter(
-            "cdc_sync_table_changes", "Compacted changes applied, per table", ["table"]
+            "cdc_sync_table_changes",
+            "Compacted changes applied, per consumer and table",
+            ["consumer", "table"],
         )
         per_sink = ["table", "sink"]
         self.applied = counter("cdc_sync_sink_applied", "Changes a sink applied", per_sink)
@@ -72,38 +81,44 @@ class JobMetrics:
         self.stage_seconds = Histogram(
             "cdc_sync_batch_stage_seconds",
             "Seconds per batch stage (decode, fold, fill, one per sink, dead_letter)",
-            ["stage"],
+            ["consumer", "stage"],
             buckets=STAGE_BUCKETS,
             registry=self.registry,
         )
         self.registry.register(_ScrapeTime(self))
 
-    def observe(self, batch: BatchMetrics) -> None:
-        """The `BatchApplier` observer: count what the batch did and advance the watermarks."""
-        self.batches.inc()
-        self.records.inc(batch.records)
-        self.tombstones.inc(batch.tombstones)
-        self.malformed.inc(batch.malformed)
-        self.dead_lettered.inc(batch.dead_lettered)
+    def observer(self, consumer: str) -> Callable[[BatchMetrics], None]:
+        """The `BatchApplier` observer of one consumer of the log (job.consumers)."""
+        return lambda batch: self.observe(batch, consumer)
+
+    def observe(self, batch: BatchMetrics, consumer: str) -> None:
+        """Count what one consumer's batch did and advance its watermarks."""
+        self.batches.labels(consumer).inc()
+        self.records.labels(consumer).inc(batch.records)
+        self.tombstones.labels(consumer).inc(batch.tombstones)
+        self.malformed.labels(consumer).inc(batch.malformed)
+        self.dead_lettered.labels(consumer).inc(batch.dead_lettered)
         for stage, seconds in batch.stages.items():
-            self.stage_seconds.labels(stage).observe(seconds)
+            self.stage_seconds.labels(consumer, stage).observe(seconds)
         for (table, sink), result in batch.table_sinks.items():
             self.applied.labels(str(table), sink).inc(result.applied)
             self.fenced.labels(str(table), sink).inc(result.fenced)
             self.failed.labels(str(table), sink).inc(len(result.failures))
         with self._lock:
             for table, progress in batch.tables.items():
-                self.changes.labels(str(table)).inc(progress.changes)
-                self._watermarks[table] = _newest(self._watermarks.get(table), progress)
-            for partition, offset in batch.offsets.items():
-                self._processed[partition] = max(self._processed.get(partition, -1), offset)
+                self.changes.labels(consumer, str(table)).inc(progress.changes)
+                key = (consumer, table)
+                self._watermarks[key] = _newest(self._watermarks.get(key), progress)
+            for (topic, partition), offset in batch.offsets.items():
+                where = (consumer, topic, partition)
+                self._processed[where] = max(self._processed.get(where, -1), offset)
 
-    def watermarks(self) -> dict[TableId, TableProgress]:
+    def watermarks(self) -> dict[tuple[str, TableId], TableProgress]:
         with self._lock:
             return dict(self._watermarks)
 
-    def processed_offsets(self) -> dict[tuple[str, int], int]:
-        """Highest offset processed per (topic, partition) since the job started."""
+    def processed_offsets(self) -> dict[tuple[str, str, int], int]:
+        """Highest offset processed per (consumer, topic, partition) since the job started."""
         with self._lock:
             return dict(self._processed)
 
@@ -151,55 +166,59 @@ def _max(a: int | None, b: int | None) -> int | None:
 
 
 def _table_gauges(
-    watermarks: dict[TableId, TableProgress], now: float
+    watermarks: dict[tuple[str, TableId], TableProgress], now: float
 ) -> Iterator[GaugeMetricFamily]:
+    labels = ["consumer", "table"]
     version = GaugeMetricFamily(
         "cdc_sync_applied_version",
-        "Highest change version (commit-order WAL position) applied by every sink",
-        labels=["table"],
+        "Highest change version (commit-order WAL position) the consumer applied",
+        labels=labels,
     )
     commit_time = GaugeMetricFamily(
         "cdc_sync_applied_source_timestamp_seconds",
-        "Highest source commit time applied by every sink (Unix seconds)",
-        labels=["table"],
+        "Highest source commit time the consumer applied (Unix seconds)",
+        labels=labels,
     )
     lag = GaugeMetricFamily(
         "cdc_sync_lag_seconds",
         "Now minus the source commit time of the newest applied change (grows while idle)",
-        labels=["table"],
+        labels=labels,
     )
-    for table, progress in sorted(watermarks.items()):
+    for (consumer, table), progress in sorted(watermarks.items()):
+        names = [consumer, str(table)]
         if progress.max_version is not None:
-            version.add_metric([str(table)], progress.max_version)
+            version.add_metric(names, progress.max_version)
         if progress.max_source_ts_ms is not None:
             committed = progress.max_source_ts_ms / 1000
-            commit_time.add_metric([str(table)], committed)
-            lag.add_metric([str(table)], max(0.0, now - committed))
+            commit_time.add_metric(names, committed)
+            lag.add_metric(names, max(0.0, now - committed))
     yield from (version, commit_time, lag)
 
 
 def _offset_gauges(
-    processed: dict[tuple[str, int], int], ends: dict[tuple[str, int], int] | None
+    processed: dict[tuple[str, str, int], int], ends: dict[tuple[str, int], int] | None
 ) -> Iterator[GaugeMetricFamily]:
-    labels = ["topic", "partition"]
+    labels = ["consumer", "topic", "partition"]
     done = GaugeMetricFamily(
-        "cdc_sync_processed_offset", "Highest Kafka offset the job processed", labels=labels
+        "cdc_sync_processed_offset", "Highest Kafka offset the consumer processed", labels=labels
     )
     end = GaugeMetricFamily(
-        "cdc_sync_end_offset", "The broker's end offset (high watermark), sampled", labels=labels
+        "cdc_sync_end_offset",
+        "The broker's end offset (high watermark), sampled",
+        labels=["topic", "partition"],
     )
     lag = GaugeMetricFamily(
         "cdc_sync_lag_records",
-        "Records on the broker not yet processed: end offset - (processed offset + 1)",
+        "Records on the broker the consumer has not processed: end - (processed + 1)",
         labels=labels,
     )
-    for (topic, partition), offset in sorted(processed.items()):
-        done.add_metric([topic, str(partition)], offset)
+    for (consumer, topic, partition), offset in sorted(processed.items()):
+        done.add_metric([consumer, topic, str(partition)], offset)
+        high = (ends or {}).get((topic, partition))
+        if high is not None:
+            lag.add_metric([consumer, topic, str(partition)], max(0, high - offset - 1))
     for (topic, partition), high in sorted((ends or {}).items()):
         end.add_metric([topic, str(partition)], high)
-        if (topic, partition) in processed:
-            behind = max(0, high - processed[(topic, partition)] - 1)
-            lag.add_metric([topic, str(partition)], behind)
     yield from (done, end, lag)
 
 

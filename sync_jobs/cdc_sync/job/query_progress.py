@@ -22,17 +22,17 @@ log = logging.getLogger(__name__)
 PHASES = ("latestOffset", "queryPlanning", "walCommit", "addBatch", "commitOffsets")
 
 
-def progress_line(progress: Any) -> str:
+def progress_line(progress: Any, consumer: str = "job") -> str:
     durations: dict[str, int] = dict(progress.durationMs or {})
     phases = " ".join(f"{name}:{durations[name]}ms" for name in PHASES if name in durations)
     total = durations.get("triggerExecution", 0)
-    return f"batch {progress.batchId}: spark {total}ms ({phases})"
+    return f"{consumer} batch {progress.batchId}: spark {total}ms ({phases})"
 
 
-def log_previous_batch(query: StreamingQuery | None, batch_id: int) -> None:
+def log_previous_batch(query: StreamingQuery | None, batch_id: int, consumer: str = "job") -> None:
     """Log Spark's phases of the batch before `batch_id`, which ended before this one began."""
     if query is None:
         return
     progress = query.lastProgress
     if progress is not None and progress.batchId == batch_id - 1:
-        log.info("%s", progress_line(progress))
+        log.info("%s", progress_line(progress, consumer))

@@ -74,6 +74,7 @@ class JobStatus:
     sink_health: dict[str, dict[str, Any]] = field(default_factory=dict)
     batches: int = 0  # since this process started the job
     dead_lettered: int = 0  # since this process started the job
+    consumer: str = "job"  # the consumer of the log it describes (job.consumers)
 
     def to_json(self) -> str:
         # Not key-sorted: stages keep their pipeline order (decode, fold, fill, sinks).
@@ -129,8 +130,12 @@ class StatusRecorder:
         sink_tables: Mapping[str, list[TableId]],
         health: SinkHealth | None = None,
         heartbeat_seconds: float = HEARTBEAT_SECONDS,
+        consumer: str = "job",
     ) -> None:
+        """`sink_tables`: the tables each of this consumer's sinks routes; `health`: sink
+        health, of which the consumer's own sinks are recorded."""
         self.path = status_path(checkpoint_dir)
+        self.own_sinks = frozenset(sink_tables)
         self.health = health
         self.heartbeat_seconds = heartbeat_seconds
         self._lock = threading.Lock()
@@ -149,6 +154,7 @@ class StatusRecorder:
             tables=dict(previous.tables) if previous else {},
             last_batch=previous.last_batch if previous else None,
             sink_tables={sink: sorted(map(str, t)) for sink, t in sink_tables.items()},
+            consumer=consumer,
         )
         self._write()
 
@@ -227,7 +233,11 @@ class StatusRecorder:
         if self.health is not None:
             self.status = replace(
                 self.status,
-                sink_health={n: _health(s) for n, s in sorted(self.health.status().items())},
+                sink_health={
+                    n: _health(s)
+                    for n, s in sorted(self.health.status().items())
+                    if n in self.own_sinks
+                },
             )
         try:
             write_atomically(self.path, self.status.to_json())

@@ -292,6 +292,7 @@ def _truncate(row: dict[str, Any], snapshot_end: bool = False) -> Truncate:
         row["version"],
         Coordinates(row["topic"], row["partition"], row["offset"]),
         row.get("position"),
+        row.get("ts"),
         snapshot_end=snapshot_end,
     )
 

@@ -3,7 +3,8 @@
 The end of a table's full snapshot (`Truncate.snapshot_end`, from the snapshot's last row of the
 table) is applied the same way at the snapshot's version, unless the table's `on_snapshot_end`
 is `keep`: a snapshot taken again after capture lost its offsets does not hold the rows deleted
-in between whose deletes were never published, and nothing else would remove them.
+in between whose deletes were never published, and nothing else would remove them (a
+soft-delete sink marks them: `sinks.truncates`).
 
 A truncate event (`core.model.Truncate`) carries no key: it is a side row of the decode, applied
 by the driver after the batch's policies and schemas are settled and before any row write
@@ -124,7 +125,7 @@ class TruncateFences:
                 count = sink.truncate(route, truncate)
                 removed[sink.name] = removed.get(sink.name, 0) + count
                 log.info(
-                    "%s: %s %s at version %d: %s removed %d rows",
+                    "%s: %s %s at version %d: %s removed (or marked) %d rows",
                     truncate.coordinates,
                     "snapshot end of" if truncate.snapshot_end else "TRUNCATE",
                     table,
