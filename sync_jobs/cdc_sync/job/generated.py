@@ -92,12 +92,17 @@ class GeneratedColumns:
 
     @classmethod
     def for_database(cls, conninfo: str, modes: ConverterModes) -> GeneratedColumns:
-        """Reading the catalog of `conninfo` on a connection of its own (the driver's)."""
+        """Reading the catalog of `conninfo` on a read-only connection of its own (the
+        driver's, one per consumer of the log, held while the job runs)."""
         held: list[psycopg.Connection[Any]] = []
 
         def connection() -> psycopg.Connection[Any]:
             if not held or held[0].closed:
-                held[:] = [psycopg.connect(conninfo, autocommit=True)]
+                held[:] = [
+                    psycopg.connect(
+                        conninfo, autocommit=True, options="-c default_transaction_read_only=on"
+                    )
+                ]
             return held[0]
 
         return cls(connection, modes)
