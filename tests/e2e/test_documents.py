@@ -6,7 +6,8 @@ search server, for every kind of change to every table of the document. After ea
 point. A fan-out to 300 orders is served without one query to the orders or customers tables,
 and a replay of every topic on a fresh checkpoint leaves the index exactly as it was, while
 readers of the alias never see an older or deleted document. A changed or added filter rebuilds
-the index with its own roots; a lost state beside a kept checkpoint starts that index over behind its alias."""
+the index with its own roots; a lost state beside a kept checkpoint starts that index over
+behind its alias."""
 
 from __future__ import annotations
 

@@ -35,14 +35,48 @@ class TableId:
     table: str
 
     def __str__(self) -> str:
-        return f"{self.schema}.{self.table}"
+        """`schema.table`; a part holding a dot (or starting with `"`) is double-quoted, SQL
+        style (`app."order.items"`), so that `parse` reads every name back as it was."""
+        return f"{_spelled(self.schema)}.{_spelled(self.table)}"
 
     @classmethod
     def parse(cls, qualified: str) -> TableId:
-        schema, sep, table = qualified.partition(".")
-        if not sep or not schema or not table or "." in table:
+        """`schema.table`, either part optionally double-quoted with `""` for a quote inside
+        (`"My.Schema"."a""b"`): the form `str` writes, mapping files and command lines use."""
+        schema, rest = _identifier(qualified, qualified)
+        if not rest.startswith(".") or len(rest) == 1:
+            raise ValueError(f"expected <schema>.<table>, got {qualified!r}")
+        table, tail = _identifier(rest[1:], qualified)
+        if tail:
             raise ValueError(f"expected <schema>.<table>, got {qualified!r}")
         return cls(schema, table)
+
+
+def _spelled(part: str) -> str:
+    if "." in part or part.startswith('"'):
+        return '"' + part.replace('"', '""') + '"'
+    return part
+
+
+def _identifier(text: str, whole: str) -> tuple[str, str]:
+    """One part at the start of `text` (quoted, or up to the next dot) and what follows it."""
+    if not text.startswith('"'):
+        name, dot, rest = text.partition(".")
+        if not name:
+            raise ValueError(f"expected <schema>.<table>, got {whole!r}")
+        return name, dot + rest
+    chars: list[str] = []
+    at = 1
+    while at < len(text):
+        if text[at] == '"':
+            if text[at + 1 : at + 2] != '"':
+                if not chars:
+                    break
+                return "".join(chars), text[at + 1 :]
+            at += 1
+        chars.append(text[at])
+        at += 1
+    raise ValueError(f"unterminated or empty quoted name in {whole!r}")
 
 
 @dataclass(frozen=True)

@@ -50,12 +50,15 @@ def parse_record(
     coordinates: Coordinates,
     known: KnownSchemas | None = None,
     floor: int = 0,
+    tables: Mapping[str, TableId] | None = None,
 ) -> Change | Tombstone | Truncate:
     """Parse one Kafka record written by Debezium's JsonConverter: with schemas.enable=true,
     or, when `known` schemas are given, without (plain JSON key and envelope). `floor`: the
-    highest snapshot point before this record in its partition (`commit_order_version`)."""
+    highest snapshot point before this record in its partition (`commit_order_version`);
+    `tables`: the table of each topic (`MappingFile.topic_tables`), which a record without an
+    envelope (a tombstone, a record without schema) is known by."""
     if known is not None:
-        return _parse_schemaless(key, value, coordinates, known, floor)
+        return _parse_schemaless(key, value, coordinates, known, floor, tables)
     key_doc = _load_json(key, coordinates, "key")
     value_doc = _load_json(value, coordinates, "value")
     # Debezium sends a truncate without a key; one keyed on the way (an SMT) is one all the same.
@@ -69,7 +72,7 @@ def parse_record(
     key_tuple = _parse_key(key_doc, coordinates)
     if value_doc is None:
         return Tombstone(
-            table=table_from_topic(coordinates), key=key_tuple, coordinates=coordinates
+            table=table_from_topic(coordinates, tables), key=key_tuple, coordinates=coordinates
         )
     return _parse_envelope(value_doc, key_tuple, coordinates, floor)
 
@@ -80,8 +83,9 @@ def _parse_schemaless(
     coordinates: Coordinates,
     known: KnownSchemas,
     floor: int,
+    tables: Mapping[str, TableId] | None,
 ) -> Change | Tombstone | Truncate:
-    table = table_from_topic(coordinates)
+    table = table_from_topic(coordinates, tables)
     schema = known.get(table)
     if schema is None:
         raise MalformedRecord(coordinates, "topic", f"no catalog schema for {table}")
@@ -120,7 +124,13 @@ def _truncate(
     )
 
 
-def table_from_topic(coordinates: Coordinates) -> TableId:
+def table_from_topic(
+    coordinates: Coordinates, tables: Mapping[str, TableId] | None = None
+) -> TableId:
+    """The table of a record's topic: from `tables` (topic -> table) when it names the topic,
+    else the topic's last two parts (a name Debezium changed, or one with a dot, reads wrong)."""
+    if tables is not None and coordinates.topic in tables:
+        return tables[coordinates.topic]
     parts = coordinates.topic.split(".")
     if len(parts) < 3:
         raise MalformedRecord(coordinates, "topic", "expected <prefix>.<schema>.<table>")

@@ -22,6 +22,7 @@ from psycopg import sql
 from psycopg.abc import AdaptContext
 
 from cdc_sync.core.errors import ConfigError
+from cdc_sync.core.model import TableId
 
 SIGNAL_SETTING = "signal.data.collection"
 SIGNAL_DATA_CHARS = 2048  # the `data` column below: a longer signal does not fit
@@ -76,15 +77,31 @@ def request_snapshot(
             f"snapshot signal of {len(data)} characters exceeds the signal table's "
             f"{SIGNAL_DATA_CHARS}: split the filters (key_filters with a smaller budget)"
         )
-    schema, _, name = table.partition(".")
-    quoted = f'"{schema}"."{name}"'
-    conn.execute(SIGNAL_TABLE_DDL.format(table=quoted).encode())
+    found = signal_table_id(table)
+    if found is None:
+        raise ConfigError(
+            config.get("name", "connector"),
+            f"config.{SIGNAL_SETTING}",
+            f"{table!r}: expected schema.table (a part holding a dot double-quoted)",
+        )
+    name = sql.Identifier(found.schema, found.table)
+    conn.execute(sql.SQL(SIGNAL_TABLE_DDL).format(table=name))
     signal_id = f"snapshot-{uuid.uuid4()}"
     conn.execute(
-        f"INSERT INTO {quoted} (id, type, data) VALUES (%s, 'execute-snapshot', %s)".encode(),
+        sql.SQL("INSERT INTO {} (id, type, data) VALUES (%s, 'execute-snapshot', %s)").format(name),
         (signal_id, data),
     )
     return signal_id
+
+
+def signal_table_id(setting: str) -> TableId | None:
+    """The table `signal.data.collection` names (`schema.table`, a part holding a dot quoted;
+    a database prefix is allowed), None when it names none."""
+    try:
+        return TableId.parse(setting)
+    except ValueError:
+        parts = setting.split(".")
+        return TableId(parts[-2], parts[-1]) if len(parts) >= 2 else None
 
 
 def filter_budget(table: str) -> int:

@@ -19,6 +19,7 @@ from typing import Any
 from cdc_sync.core.model import Change, Coordinates, TableId, Truncate, TruncateFence
 from cdc_sync.documents import DOCUMENTS_DEFERRED, DocumentSync
 from cdc_sync.job.dead_letter import DeadLetter, DeadLetterWriter
+from cdc_sync.job.generated import GeneratedColumns
 from cdc_sync.job.schema_changes import SchemaState, SchemaTracker
 from cdc_sync.job.schema_store import SchemaStore
 from cdc_sync.job.table_writes import TableProgress, TableWrite, write_table
@@ -149,19 +150,21 @@ class BatchApplier:
         observers: Sequence[BatchObserver] = (),
         truncates: TruncateFences | None = None,
         documents: DocumentSync | None = None,
+        generated: GeneratedColumns | None = None,
         consumer: str = "job",
     ) -> None:
         """`truncates`: the tables' TRUNCATE fences (kept beside the checkpoint by the job;
         without, in memory). `documents`: the document indices' step (mapping `documents`).
-        `consumer`: which consumer of the log this is (job.consumers): its batch lines and the
-        dead letters of records it could not parse carry the name."""
+        `generated`: the tables' stored generated columns (`job.generated`). `consumer`: which
+        consumer of the log this is (job.consumers): its batch lines and the dead letters of
+        records it could not parse carry the name."""
         self.consumer = consumer
         self.mapping = mapping
         self.sinks = list(sinks)
         self.dead_letters = dead_letters
         self.filler = filler
         # Without a store the accepted schemas last as long as this applier (unit tests).
-        self.schemas = SchemaTracker(mapping, schema_store)
+        self.schemas = SchemaTracker(mapping, schema_store, generated)
         self.truncates = truncates or TruncateFences()
         self.documents = documents
         self.history: list[BatchMetrics] = []

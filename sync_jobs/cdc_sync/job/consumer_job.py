@@ -34,6 +34,7 @@ from cdc_sync.job.batch_phases import SmallBatches
 from cdc_sync.job.console import BatchLine, SnapshotProgress
 from cdc_sync.job.consumers import Consumer
 from cdc_sync.job.dead_letter import DeadLetterLedger, DeadLetterWriter
+from cdc_sync.job.generated import GeneratedColumns
 from cdc_sync.job.health import SinkHealth
 from cdc_sync.job.health_relay import HealthRelay
 from cdc_sync.job.metrics import JobMetrics
@@ -229,6 +230,7 @@ class ConsumerJob:
             observers,
             TruncateFences(FileTruncateFences.beside_checkpoint(checkpoint)),
             self.documents,
+            GeneratedColumns.for_database(shared.database.conninfo, converter_modes(mapping)),
             consumer=consumer.name,
         )
         self.processor = MicroBatchProcessor(

@@ -31,6 +31,7 @@ from cdc_sync.core.model import (
     Coordinates,
     KnownSchemas,
     Op,
+    TableId,
     Tombstone,
     Truncate,
     tombstone_delete,
@@ -101,6 +102,7 @@ def _decode_row(
     known: KnownSchemas | None,
     tombstone_deletes: frozenset[str] | None = None,
     floors: dict[tuple[str, int], int] | None = None,
+    tables: Mapping[str, TableId] | None = None,
 ) -> dict[str, object]:
     row: dict[str, object] = {
         "topic": coords.topic,
@@ -110,12 +112,12 @@ def _decode_row(
     where = (coords.topic, coords.partition)
     floor = floors.get(where, 0) if floors is not None else 0
     try:
-        parsed = parse_record(key, value, coords, known, floor)
+        parsed = parse_record(key, value, coords, known, floor, tables)
     except MalformedRecord as exc:
         # The raw bytes travel on so the dead-letter entry loses nothing.
         return row | {
             "kind": KIND_MALFORMED,
-            "table": _table_or_none(coords),
+            "table": _table_or_none(coords, tables),
             "error_field": exc.field_path,
             "error_class": type(exc.__cause__ or exc).__name__,
             "error_message": exc.reason,
@@ -140,9 +142,9 @@ def _decode_row(
     return row | _change_columns(parsed, seen)
 
 
-def _table_or_none(coords: Coordinates) -> str | None:
+def _table_or_none(coords: Coordinates, tables: Mapping[str, TableId] | None) -> str | None:
     try:
-        return str(table_from_topic(coords))
+        return str(table_from_topic(coords, tables))
     except MalformedRecord:
         return None
 
@@ -175,12 +177,14 @@ def decode_batches(
     known: KnownSchemas | None = None,
     tombstone_deletes: frozenset[str] | None = None,
     floors: Mapping[tuple[str, int], int] | None = None,
+    tables: Mapping[str, TableId] | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """`known`: catalog schemas when records carry none (mapping `source.schemas: catalog`);
     `tombstone_deletes`: tables (`schema.table`) whose tombstones are deletes (`on_tombstone:
     delete`), the others' are handed to the driver's policy; `floors`: the highest snapshot
     point per (topic, partition) of earlier batches (`job.version_floors`), raised here record
-    by record, which needs each partition's records in offset order, as the sources give them."""
+    by record, which needs each partition's records in offset order, as the sources give them;
+    `tables`: the table of each topic (`MappingFile.topic_tables`)."""
     seen: set[str] = set()
     running = dict(floors or {})
     for batch in batches:
@@ -194,6 +198,7 @@ def decode_batches(
                 known,
                 tombstone_deletes,
                 running,
+                tables,
             )
             for key, value, topic, partition, offset in zip(
                 data["key"],
@@ -388,6 +393,7 @@ def decode_and_fold(
     floors: Mapping[tuple[str, int], int] | None = None,
     open_transactions: Mapping[Where, OpenTransaction] | None = None,
     history_tables: frozenset[str] = frozenset(),
+    tables: Mapping[str, TableId] | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """One input partition: its records decoded, its changes folded per key (sorted here, in
     the task: no shuffle), then its side rows. A folded change's schema travels as a
@@ -395,9 +401,10 @@ def decode_and_fold(
     `decode_batches`; the stats rows carry each partition's highest snapshot point.
     `open_transactions`: what the batch before left open per partition (job.open_transactions);
     a `KIND_OPEN` side row per partition tells what this batch leaves. `history_tables`: see
-    `fold_batches`."""
+    `fold_batches`; `tables`: see `decode_batches`."""
     decoded = pa.Table.from_batches(
-        list(decode_batches(batches, known, tombstone_deletes, floors)), schema=DECODED_SCHEMA
+        list(decode_batches(batches, known, tombstone_deletes, floors, tables)),
+        schema=DECODED_SCHEMA,
     )
     if decoded.num_rows == 0:
         return

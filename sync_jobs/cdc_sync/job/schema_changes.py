@@ -20,7 +20,11 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+import psycopg
+
 from cdc_sync.core.model import Change, TableId
+from cdc_sync.core.retry import DEFAULT_POLICY, retried
+from cdc_sync.job.generated import GeneratedColumns
 from cdc_sync.job.schema_store import SchemaStore
 from cdc_sync.mapping import MappingFile, OnSchemaChange, TableRoute
 from cdc_sync.schema import ColumnType, RowSchema
@@ -59,9 +63,17 @@ class SchemaTracker:
     `ensure_target` again, so a crash or failed batch between the two re-checks the targets.
     """
 
-    def __init__(self, mapping: MappingFile, store: SchemaStore | None = None) -> None:
+    def __init__(
+        self,
+        mapping: MappingFile,
+        store: SchemaStore | None = None,
+        generated: GeneratedColumns | None = None,
+    ) -> None:
+        """`generated`: the tables' stored generated columns, which streamed changes lack
+        before Postgres 18 (`job.generated`): part of the schema all the same."""
         self.mapping = mapping
         self.store = store
+        self.generated = generated
         self.current: dict[TableId, RowSchema] = {}
         self._loaded: set[TableId] = set()
         self._targets_ready: set[TableId] = set()
@@ -69,6 +81,8 @@ class SchemaTracker:
     def observe(self, route: TableRoute, incoming: RowSchema | None) -> SchemaState:
         table = route.table
         known = self._known(table)
+        if incoming is not None and self.generated is not None:
+            incoming = self._with_generated(table, incoming)
         if incoming is None:
             return SchemaState(known, False) if known else SchemaState(RowSchema(()), False)
         if known is None:
@@ -103,6 +117,16 @@ class SchemaTracker:
             return SchemaState(known, unchecked)  # only columns dropped earlier are missing
         self._accept(table, merged)
         return SchemaState(merged, True)
+
+    def _with_generated(self, table: TableId, incoming: RowSchema) -> RowSchema:
+        generated = self.generated
+        assert generated is not None
+        return retried(
+            lambda: generated.complete(table, incoming),
+            lambda exc: isinstance(exc, psycopg.OperationalError),
+            f"read the generated columns of {table} from the catalog",
+            DEFAULT_POLICY.for_target("postgres"),
+        )
 
     def targets_ready(self, table: TableId) -> None:
         """Every sink's target holds the accepted schema of `table` (ensure_target succeeded)."""

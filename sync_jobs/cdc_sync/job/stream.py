@@ -82,6 +82,7 @@ class MicroBatchProcessor:
         self.known = known  # shipped to executors
         self.tombstone_deletes = applier.mapping.tombstone_delete_tables()
         self.history_tables = applier.mapping.history_tables()
+        self.topic_tables = applier.mapping.topic_tables()
         # Highest snapshot point per partition (job.version_floors), kept beside the checkpoint.
         self.floors_store = floors_store
         self.floors = floors_store.load() if floors_store is not None else StoredFloors()
@@ -104,6 +105,7 @@ class MicroBatchProcessor:
             floors=floors,
             open_transactions=open_before,
             history_tables=self.history_tables,
+            tables=self.topic_tables,
         )
         phases = self.small.phases(batch, batch_id) if self.small else SparkPhases(batch)
         # On the driver the row sinks are written like Delta: every (table, sink) at once,

@@ -13,25 +13,28 @@ in the log, so the change is left out rather than written incomplete. A column t
 longer has (dropped or renamed since) has no value to read: it stays unavailable, so the sinks
 keep what they hold, and the schema change, which follows in the log, meets the mapping's
 `on_schema_change` policy. Each change is read with its own schema: a batch can hold changes
-written before and after a column was added.
+written before and after a column was added. Stored generated columns, which pgoutput leaves
+out of streamed changes before Postgres 18, are read back the same way (`job.generated`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import psycopg
 
 from cdc_sync.core.model import Change, Op, TableId
 from cdc_sync.core.retry import DEFAULT_POLICY, retried
 from cdc_sync.core.types import Column, RowSchema
+from cdc_sync.job.generated import GeneratedColumns
 from cdc_sync.schema.catalog import ConverterModes
 from cdc_sync.schema.source_rows import read_columns
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 
 def needs_source(change: Change) -> bool:
@@ -49,23 +52,28 @@ class SourceFiller:
         self.pg_url = pg_url
         self.modes = modes
         self._conn: psycopg.Connection[Any] | None = None
+        # Stored generated columns a change lacks are read back with the placeholders.
+        self.generated = GeneratedColumns(self._connection, modes)
 
     def fill(
         self, table: TableId, changes: Sequence[Change], schema: RowSchema | None = None
     ) -> tuple[list[Change], int]:
         """The changes with every placeholder filled, and how many were left out (gone).
         `schema`: the table's accepted one, which a delete to settle is read with when it
-        travels without one (the key's create was in an earlier batch: job.fold)."""
+        travels without one (the key's create was in an earlier batch: job.fold). A stored
+        generated column a change lacks (`job.generated`) is read back here too."""
         if schema is not None:
             changes = [_with_schema(change, schema) for change in changes]
+        changes = self._postgres(
+            lambda: self.generated.unpublished(table, changes, schema),
+            f"read the generated columns of {table} from the catalog",
+        )
         pending = [c for c in changes if needs_source(c)]
         if not pending:
             return list(changes), 0
-        found = retried(
+        found = self._postgres(
             lambda: self._read(table, pending),
-            lambda exc: isinstance(exc, psycopg.OperationalError),
-            f"read unchanged TOAST values of {table} from Postgres",
-            DEFAULT_POLICY.for_target("postgres"),
+            f"read unchanged TOAST and generated values of {table} from Postgres",
         )
         filled: list[Change] = []
         gone = 0
@@ -82,22 +90,35 @@ class SourceFiller:
                 log.info("%s: %s is no longer in Postgres: left out", change.coordinates, table)
         return filled, gone
 
+    def _postgres(self, read: Callable[[], _T], what: str) -> _T:
+        """`read`, again while Postgres is unreachable (a broken connection is replaced)."""
+
+        def attempt() -> _T:
+            try:
+                return read()
+            except psycopg.OperationalError:
+                self.close()
+                raise
+
+        return retried(
+            attempt,
+            lambda exc: isinstance(exc, psycopg.OperationalError),
+            what,
+            DEFAULT_POLICY.for_target("postgres"),
+        )
+
     def _read(self, table: TableId, pending: Sequence[Change]) -> dict[tuple[Any, ...], Any]:
         found: dict[tuple[Any, ...], Any] = {}
-        try:
-            for schema, group in _by_schema(pending):
-                wanted = sorted({name for c in group for name in _wanted_columns(c)})
-                found |= read_columns(
-                    self._connection(),
-                    table,
-                    _columns(schema, [name for name, _ in group[0].key]),
-                    [_key(c) for c in group],
-                    _columns(schema, [name for name in wanted if name in schema.names]),
-                    self.modes,
-                )
-        except psycopg.OperationalError:
-            self.close()  # a broken connection is replaced on the next attempt
-            raise
+        for schema, group in _by_schema(pending):
+            wanted = sorted({name for c in group for name in _wanted_columns(c)})
+            found |= read_columns(
+                self._connection(),
+                table,
+                _columns(schema, [name for name, _ in group[0].key]),
+                [_key(c) for c in group],
+                _columns(schema, [name for name in wanted if name in schema.names]),
+                self.modes,
+            )
         return found
 
     def _connection(self) -> psycopg.Connection[Any]:

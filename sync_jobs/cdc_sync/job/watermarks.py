@@ -46,9 +46,7 @@ class WatermarkObserver:
         self.end_offsets = end_offsets
         self.checkpoint_dir = checkpoint_dir
         self.topics = mapping.topics()
-        self.routes = {
-            f"{mapping.topic_prefix}.{table}": route for table, route in mapping.tables.items()
-        }
+        self.routes = {mapping.topic(table): route for table, route in mapping.tables.items()}
         self.writer = WatermarkWriter(self.sinks, self.routes, self._broker_ends)
 
     @property

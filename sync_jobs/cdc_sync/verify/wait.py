@@ -187,11 +187,7 @@ def _reader(
     name: str, connections: Connections, mapping: MappingFile | None, stack: ExitStack
 ) -> SinkReader:
     topics = (
-        [
-            f"{mapping.topic_prefix}.{table}"
-            for table, route in mapping.tables.items()
-            if _serves(route, name)
-        ]
+        [mapping.topic(table) for table, route in mapping.tables.items() if _serves(route, name)]
         if mapping is not None
         else None
     )
