@@ -27,7 +27,7 @@ from cdc_sync.core.settings import Connections, SettingsError
 
 if TYPE_CHECKING:
     from cdc_sync.debezium.database import SourceDatabase
-    from cdc_sync.job.metrics_export import ConnectorStatus
+    from cdc_sync.job.observe.metrics_export import ConnectorStatus
     from cdc_sync.job.runner import JobOptions
     from cdc_sync.mapping import MappingFile
 
@@ -196,7 +196,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     import json
 
-    from cdc_sync.job.checkpoint import default_checkpoint_dir
+    from cdc_sync.job.observe.checkpoint import default_checkpoint_dir
     from cdc_sync.mapping import load_mapping
     from cdc_sync.status.gather import gather
     from cdc_sync.status.render import render, to_json

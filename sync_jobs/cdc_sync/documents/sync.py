@@ -57,7 +57,8 @@ log = logging.getLogger(__name__)
 console = logging.getLogger(CONSOLE)
 
 STATE_FILE = "state.sqlite"  # in the document consumer's checkpoint (job.consumers)
-# The key of a table's full, filled changes among a write's deferred changes (job.table_writes).
+# The key of a table's full, filled changes among a write's deferred changes
+# (job.write.table_writes).
 DOCUMENTS_DEFERRED = "documents"
 CHUNK = 1000  # roots rendered and written per bulk request
 

@@ -17,21 +17,21 @@ from cdc_sync.core.logs import CONSOLE
 from cdc_sync.core.model import TableId
 from cdc_sync.core.settings import Connections
 from cdc_sync.debezium.database import SourceDatabase, source_database
-from cdc_sync.job.applier import BatchObserver
-from cdc_sync.job.checkpoint import processed_offsets
-from cdc_sync.job.console import SnapshotProgress, catalog_estimates
 from cdc_sync.job.consumer_job import ConsumerJob, SharedParts, converter_modes
 from cdc_sync.job.consumers import Consumer, consumer_checkpoint, plan_consumers
-from cdc_sync.job.health import SinkHealth, SinkStatus
-from cdc_sync.job.health_relay import HealthRelay
-from cdc_sync.job.metrics_export import ConnectorStatus, MetricsEndpoint
+from cdc_sync.job.observe.checkpoint import processed_offsets
+from cdc_sync.job.observe.console import SnapshotProgress, catalog_estimates
+from cdc_sync.job.observe.metrics_export import ConnectorStatus, MetricsEndpoint
 from cdc_sync.job.options import (
     DEFAULT_DRIVER_BATCH_MAX_RECORDS,
     DEFAULT_MAX_OFFSETS_PER_TRIGGER,
     DEFAULT_TRIGGER_SECONDS,
     JobOptions,
 )
-from cdc_sync.job.shape_check import check_shapes
+from cdc_sync.job.settle.applier import BatchObserver
+from cdc_sync.job.settle.shape_check import check_shapes
+from cdc_sync.job.write.health import SinkHealth, SinkStatus
+from cdc_sync.job.write.health_relay import HealthRelay
 from cdc_sync.mapping import MappingFile
 from cdc_sync.sinks.base import Sink
 
