@@ -100,7 +100,10 @@ tables:
   shop.products:
     search: {filter: "price"}
     cache: {hash: {fields: [colour], secret_env: X}}
-ignore: [shop.orders, shop.order_lines, shop.cdc_sync_signal, shop.cdc_sync_heartbeat]
+  shop.orders:
+    search: {mask: {id: "0"}}
+    delta: {hash: {fields: [id], secret_env: X}}
+ignore: [shop.order_lines, shop.cdc_sync_signal, shop.cdc_sync_heartbeat]
 """
 
 
@@ -122,6 +125,8 @@ def test_bad_expressions_and_fields_name_the_file_and_field_path(
         "tables.shop.customers.cache.computed.twice: Binder Error: No function matches",
         "tables.shop.products.search.filter: a filter is a boolean expression, this is decimal",
         "tables.shop.products.cache.hash.fields: no field 'colour'",
+        "tables.shop.orders.search.mask: key column 'id' cannot be masked",
+        "tables.shop.orders.delta.hash.fields: key column 'id' cannot be hashed",
     ]
     for text in expected:
         assert any(f.startswith(f"{bad}: {text}") for f in findings), (text, findings)
