@@ -2,7 +2,8 @@
 
 Each problem is (file: field path, message): an expression that does not bind or type
 (unknown column, type error, an aggregate), a masked / hashed / dropped / listed field the sink
-does not have, a masked or hashed key column. The hash secrets are checked at start (`missing_secrets`).
+does not have, a masked or hashed key column. The hash secrets are checked at start
+(`missing_secrets`).
 """
 
 from __future__ import annotations

@@ -35,6 +35,8 @@ T = TypeVar("T")
 # Delta's own safety default (`delta.deletedFileRetentionDuration`, 7 days): a reader or writer
 # still on an older version, and time travel within it, need the files vacuum would delete.
 SAFE_RETENTION_HOURS = 168
+LOG_RETENTION = "delta.logRetentionDuration"
+DEFAULT_LOG_RETENTION = "interval 30 days"  # Delta's default for it
 
 
 @dataclass(frozen=True)
@@ -124,6 +126,49 @@ def _maintain(path: Path, name: str, options: UpkeepOptions, retry: RetryPolicy)
         len(vacuumed),
     )
     return TableUpkeep(name, before, after, compacted, len(vacuumed))
+
+
+@dataclass(frozen=True)
+class Purged:
+    files: int  # data and change-data files no current row needs, deleted
+    log_files: int  # commits and checkpoints older than the new checkpoint, deleted
+
+
+def purge(path: Path, retry: RetryPolicy = DEFAULT_POLICY) -> Purged:
+    """Leave only what the table's current version needs (`cdc-sync erase --purge`): every
+    file no current row needs, and every log entry before a new checkpoint.
+
+    The vacuum is a full one: the default (`full=False`) only looks at files removed since the
+    last checkpoint, and a remove that a checkpoint already folded in (the job writes one every
+    100 commits) leaves its file on disk. The log goes too: a commit's `add` action carries the
+    file's data-skipping statistics (min/max of its first columns), the values of a one-row
+    file, and older checkpoints repeat them. Delta keeps log entries for
+    `delta.logRetentionDuration` (30 days); deltalake cleans up only by that property, so it is
+    set to 0 for a checkpoint and the cleanup, then put back. Time travel to any earlier
+    version is over (its files and log are gone)."""
+    name = str(path)
+    log_dir = path / "_delta_log"
+    vacuumed = _retried(
+        lambda: _open(path).vacuum(
+            retention_hours=0, enforce_retention_duration=False, dry_run=False, full=True
+        ),
+        f"purge vacuum {name}",
+        retry,
+    )
+    before = set(log_dir.iterdir())
+    kept = _open(path).metadata().configuration.get(LOG_RETENTION)
+    _retried(lambda: _set_log_retention(path, "interval 0 seconds"), f"purge {name}", retry)
+    try:
+        _retried(lambda: _open(path).create_checkpoint(), f"purge checkpoint {name}", retry)
+        _retried(lambda: _open(path).cleanup_metadata(), f"purge log {name}", retry)
+    finally:
+        restored = kept or DEFAULT_LOG_RETENTION
+        _retried(lambda: _set_log_retention(path, restored), f"purge {name}", retry)
+    return Purged(len(vacuumed), len(before - set(log_dir.iterdir())))
+
+
+def _set_log_retention(path: Path, value: str) -> None:
+    _open(path).alter.set_table_properties({LOG_RETENTION: value})
 
 
 def _open(path: Path) -> DeltaTable:
