@@ -23,7 +23,7 @@ from cdc_sync.demo.workload import create_demo_schema
 from cdc_sync.sinks.delta import readback as delta_readback
 from cdc_sync.sinks.delta.history import interval_problems
 from cdc_sync.verify.compare import source_keys
-from cdc_sync.verify.erase import erase
+from cdc_sync.verify.erase import erase, wait_until_applied
 from cdc_sync.verify.extra_rows import RepairSinks
 from tests.e2e.conftest import Services, running_pipeline
 from tests.e2e.harness import MAPPING, SyncHarness, e2e_mapping
@@ -130,6 +130,9 @@ def test_erase_removes_a_deleted_product_from_every_sink_and_a_replay_keeps_it_o
                 ["id"],
                 ["9800"],
                 lambda: set(source_keys(conn, PRODUCTS)) & {"9800"},
+                lambda: wait_until_applied(
+                    conn, pipeline.connections, pipeline.mapping, PRODUCTS, 60
+                ),
                 purge=True,
             )
     finally:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -27,13 +28,18 @@ def test_deleted_rows_leave_neither_values_nor_keys_in_the_state_files(tmp_path:
     folder = tmp_path / "checkpoint" / "documents"
     sync = DocumentSync(mapping, folder / "state.sqlite", index)
     sync.ensure_targets(SCHEMAS_BY_TABLE)
-    person = {"id": PERSON, "name": NAME}
-    order = {"id": ORDER, "customer_id": PERSON, "status": "new"}
-    line = {"order_id": ORDER, "line_no": 1, "product_id": PRODUCT, "qty": 1}
-    other = {"id": OTHER_ORDER, "customer_id": 1, "status": "new"}
-    other_line = {"order_id": OTHER_ORDER, "line_no": 1, "product_id": PRODUCT, "qty": 2}
-    product = {"id": PRODUCT, "name": PRODUCT_NAME}
-    rows = [
+    person: dict[str, Any] = {"id": PERSON, "name": NAME}
+    order: dict[str, Any] = {"id": ORDER, "customer_id": PERSON, "status": "new"}
+    line: dict[str, Any] = {"order_id": ORDER, "line_no": 1, "product_id": PRODUCT, "qty": 1}
+    other: dict[str, Any] = {"id": OTHER_ORDER, "customer_id": 1, "status": "new"}
+    other_line: dict[str, Any] = {
+        "order_id": OTHER_ORDER,
+        "line_no": 1,
+        "product_id": PRODUCT,
+        "qty": 2,
+    }
+    product: dict[str, Any] = {"id": PRODUCT, "name": PRODUCT_NAME}
+    rows: list[tuple[str, dict[str, Any]]] = [
         ("customers", person),
         ("customers", {"id": 1, "name": "Bob"}),
         ("orders", order),
@@ -50,7 +56,12 @@ def test_deleted_rows_leave_neither_values_nor_keys_in_the_state_files(tmp_path:
 
     # The privacy request: the person, their order and its line (ON DELETE CASCADE); the
     # product after the other order's line that referenced it. The other order stays.
-    gone = [("customers", person), ("orders", order), ("lines", line), ("lines", other_line)]
+    gone: list[tuple[str, dict[str, Any]]] = [
+        ("customers", person),
+        ("orders", order),
+        ("lines", line),
+        ("lines", other_line),
+    ]
     sync.apply([], folded([change(table, row, True, 20) for table, row in gone]))
     sync.apply([], folded([change("products", product, True, 30)]))
 
