@@ -256,6 +256,7 @@ def cmd_erase(args: argparse.Namespace) -> int:
     """Remove keys from every sink of a table (docs/erasure.md)."""
     import psycopg
 
+    from cdc_sync.job.observe.checkpoint import default_checkpoint_dir
     from cdc_sync.mapping import load_mapping
     from cdc_sync.verify.compare import primary_key, source_keys
     from cdc_sync.verify.erase import ErasureRefused, erase, wait_until_applied
@@ -267,6 +268,7 @@ def cmd_erase(args: argparse.Namespace) -> int:
     (table,) = chosen
     connections = _connections(args)
     source = source_for(mapping, connections, args.connector, args.set)
+    checkpoint = Path(args.checkpoint) if args.checkpoint else default_checkpoint_dir(mapping.path)
     sinks = RepairSinks(mapping, connections)
     try:
         with psycopg.connect(source.conninfo) as conn:
@@ -276,7 +278,9 @@ def cmd_erase(args: argparse.Namespace) -> int:
                 return set(source_keys(conn, table)) & set(args.key)
 
             def caught_up() -> str | None:
-                return wait_until_applied(conn, connections, mapping, table, args.wait_seconds)
+                return wait_until_applied(
+                    conn, connections, mapping, table, args.wait_seconds, checkpoint
+                )
 
             outcome = erase(
                 sinks,
@@ -643,6 +647,11 @@ def build_parser() -> argparse.ArgumentParser:
         default=ERASE_WAIT_SECONDS,
         help="how long to wait for the running job to apply every change committed before "
         f"erase started, then refuse (default {ERASE_WAIT_SECONDS:g})",
+    )
+    erase_cmd.add_argument(
+        "--checkpoint",
+        help="the job's checkpoint dir, where its document indices' progress is read "
+        "(default .cdc-sync/checkpoints/<mapping>)",
     )
     erase_cmd.add_argument(
         "--connector", help="connector JSON (default: the mapping's source.connector)"

@@ -54,7 +54,11 @@ def pipeline(services: Services, tmp_path_factory: pytest.TempPathFactory) -> It
 
 def erase_command(pipeline: SyncHarness, root: Path, table: str) -> list[str]:
     mapping, env_file = cli_files(pipeline, root)
-    return ["--env-file", str(env_file), "erase", "--mapping", str(mapping), "--table", table]
+    checkpoint = str(pipeline.options("main").checkpoint_dir)
+    return [
+        *("--env-file", str(env_file), "erase", "--mapping", str(mapping)),
+        *("--table", table, "--checkpoint", checkpoint),
+    ]
 
 
 def history_of(pipeline: SyncHarness, product_id: int) -> list[dict[str, Any]]:

@@ -131,7 +131,12 @@ def test_erase_removes_a_deleted_product_from_every_sink_and_a_replay_keeps_it_o
                 ["9800"],
                 lambda: set(source_keys(conn, PRODUCTS)) & {"9800"},
                 lambda: wait_until_applied(
-                    conn, pipeline.connections, pipeline.mapping, PRODUCTS, 60
+                    conn,
+                    pipeline.connections,
+                    pipeline.mapping,
+                    PRODUCTS,
+                    60,
+                    pipeline.options("main").checkpoint_dir,
                 ),
                 purge=True,
             )
@@ -181,6 +186,7 @@ def test_the_erase_command_refuses_live_keys_and_prints_what_it_removed(
     mapping, env_file = cli_files(pipeline, tmp_path)
     erase_args = ["--env-file", str(env_file), "erase", "--mapping", str(mapping)]
     erase_args += ["--table", "shop.products"]
+    erase_args += ["--checkpoint", str(pipeline.options("main").checkpoint_dir)]
     assert main([*erase_args, "--key", "9901"]) == 2  # Postgres still holds it
     assert "still holds ['9901']" in capsys.readouterr().err
     assert main([*erase_args, "--key", "9900", "--purge"]) == 0

@@ -17,10 +17,12 @@ import pytest
 from deltalake import DeltaTable
 
 from cdc_sync.core.errors import ConfigError
+from cdc_sync.core.model import id_digest
 from cdc_sync.job.decode.fold import fold_key
 from cdc_sync.mapping import DeltaRoute, TableRoute
 from cdc_sync.sinks.delta import readback as delta_readback
 from cdc_sync.sinks.delta.history_writer import erased_versions
+from cdc_sync.sinks.delta.target import erased_path
 from cdc_sync.verify.compare import source_keys
 from cdc_sync.verify.erase import ErasureRefused, erase
 from cdc_sync.verify.extra_rows import RepairSinks
@@ -117,6 +119,8 @@ def test_erase_refuses_while_the_pipeline_is_behind_and_then_erases_above_its_ve
     assert not outcome.failed, outcome.lines
     warehouse = Path(sinks.connections.require("warehouse"))
     assert erased_versions(warehouse, route.delta, ["1"]) == {"1": 501}
+    record = DeltaTable(str(erased_path(warehouse, route.delta))).to_pyarrow_table()
+    assert record["_cdc_id"].to_pylist() == [id_digest("1")]  # the key itself is not kept
     assert history_ids(sinks, route) == [("2", 100)]
     # A replay of the topic: every change of the key again, in one batch and one by one.
     apply_everywhere(sinks, route, [[early + late]])

@@ -3,11 +3,13 @@ history and the document indices, and with `--purge` from every file the warehou
 them (docs/erasure.md).
 
 1. **Refused while Postgres holds a key**: the stream would bring it back.
-2. **Refused until the pipeline caught up** (`caught_up`, `wait_until_applied`): every sink the
-   table goes to must have applied every change committed before erase started (the WAL
-   position Postgres reports after step 1, against `cdc-sync wait`'s applied watermarks). So the
-   key's delete, and every change before it, is applied everywhere before erase writes: erase
-   never works from a stale version while the rest of the key's changes wait in Kafka.
+2. **Refused until the pipeline caught up** (`caught_up`, `wait_until_applied`): every consumer
+   of the log that applies the table must have applied every change committed before erase
+   started (the WAL position Postgres reports after step 1): each sink by `cdc-sync wait`'s
+   applied watermarks, each document index by its checkpoint's processed offsets against the
+   topics' end offsets once a watermark said those changes are in Kafka. So the key's delete,
+   and every change before it, is applied everywhere before erase writes: erase never works
+   from a stale version while the rest of the key's changes wait in Kafka.
 3. **The erased version** of a key is one above the newest version the sinks hold or remember
    for it (rows, soft-deleted rows, delete tombstones, the history). A change's version is the
    end of the commit record of the transaction streamed before its own (docs/internals.md), the
@@ -32,6 +34,7 @@ them (docs/erasure.md).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -46,6 +49,8 @@ from cdc_sync.core.errors import ConfigError
 from cdc_sync.core.lsn import format_lsn, parse_lsn
 from cdc_sync.core.model import TableId
 from cdc_sync.core.settings import Connections
+from cdc_sync.job.consumers import DOCUMENTS_PREFIX, consumer_checkpoint
+from cdc_sync.job.observe.checkpoint import processed_offsets
 from cdc_sync.mapping import MappingFile, TableRoute
 from cdc_sync.sinks.delta import readback as delta_readback
 from cdc_sync.sinks.delta.history import ID, VERSION_LAST
@@ -56,6 +61,8 @@ from cdc_sync.sinks.delta.target import history_path, open_table, table_path
 from cdc_sync.sinks.delta.tombstones import TombstoneStore
 from cdc_sync.sinks.redis import RedisSink
 from cdc_sync.sinks.redis import readback as cache_readback
+from cdc_sync.source.end_offsets import EndOffsets
+from cdc_sync.source.offsets import PartitionOffsets
 from cdc_sync.verify.extra_rows import (
     ID_COLUMN,
     RepairSinks,
@@ -63,7 +70,7 @@ from cdc_sync.verify.extra_rows import (
     document_route,
     read_retried,
 )
-from cdc_sync.verify.wait import wait_for_lsn
+from cdc_sync.verify.wait import POLL_SECONDS, SINK_NAMES, wait_for_lsn
 
 
 class ErasureRefused(RuntimeError):
@@ -106,8 +113,7 @@ def erase(
     if behind is not None:
         raise ErasureRefused(behind)
     outcome = Erasure()
-    routed = {"search": route.search, "cache": route.cache, "delta": route.delta}
-    names = [name for name, section in routed.items() if section is not None]
+    names = [name for name in SINK_NAMES if _section(route, name) is not None]
     warehouse = Path(sinks.connections.require("warehouse")) if route.delta else None
     newest = _newest_versions(sinks, route, key_columns, ids, names, warehouse)
     erased = {doc_id: version + 1 for doc_id, version in newest.items()}
@@ -156,44 +162,106 @@ def wait_until_applied(
     mapping: MappingFile,
     table: TableId,
     timeout_seconds: float,
+    checkpoint: Path,
 ) -> str | None:
-    """Wait until every sink `table` goes to (document indices included) applied every change
-    committed before now; None once they did, else a one-line reason (`erase`'s `caught_up`)."""
+    """Wait until every consumer of the log that applies `table` (its sinks, the document
+    indices that hold it) applied every change committed before now; None once they did, else
+    a one-line reason (`erase`'s `caught_up`). `checkpoint`: the job's checkpoint root, where
+    the document consumers' checkpoints are."""
     found = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
     assert found is not None
     target = parse_lsn(str(found[0]))
+    started = time.monotonic()
     names = waited_sinks(mapping, table)
     if not names:
         return (
-            f"no applied watermark covers {table} (its document indices' job records none when "
-            "no table is routed to search), so erase cannot tell the job applied its deletes"
+            f"{mapping.path} routes no table to a sink with an applied watermark, so erase "
+            f"cannot tell the job applied what was committed before it: nothing erased"
         )
     result = wait_for_lsn(
         target, connections, sinks=names, mapping=mapping, timeout_seconds=timeout_seconds
     )
-    if result.reached:
+    if not result.reached:
+        progress = "; ".join(sink.describe(target) for sink in result.sinks)
+        return (
+            f"the sync job has not applied everything committed before erase started "
+            f"({format_lsn(target)}) within {timeout_seconds:g} s ({progress}): nothing erased; "
+            "run the job (`cdc-sync run`) until it catches up, then erase again"
+        )
+    documents = documents_holding(mapping, table)
+    if not documents:
         return None
-    progress = "; ".join(sink.describe(target) for sink in result.sinks)
-    return (
-        f"the sync job has not applied everything committed before erase started "
-        f"({format_lsn(target)}) within {timeout_seconds:g} s ({progress}): nothing erased; "
-        "run the job (`cdc-sync run`) until it catches up, then erase again"
-    )
+    remaining = max(timeout_seconds - (time.monotonic() - started), 0.0)
+    return _documents_caught_up(mapping, connections, documents, checkpoint, remaining)
 
 
 def waited_sinks(mapping: MappingFile, table: TableId) -> list[str]:
-    """The sinks whose applied watermarks say `table`'s changes are applied: those it is routed
-    to, and search for its document indices. The job renders documents within each batch,
-    before it records the batch's watermark in every sink, so the search watermark (of any
-    table routed to search) covers them."""
+    """The sinks whose applied watermarks tell that what was committed before erase is in
+    Kafka and applied: those `table` is routed to, else (a table only document indices hold)
+    every sink the mapping routes to."""
     route = mapping.tables[table]
-    sections = {"search": route.search, "cache": route.cache, "delta": route.delta}
-    names = [name for name, section in sections.items() if section is not None]
-    in_documents = any(table in spec.tables() for spec in mapping.documents.values())
-    searched = any(r.search is not None for r in mapping.tables.values())
-    if in_documents and searched and "search" not in names:
-        names.insert(0, "search")
-    return names
+    names = [name for name in SINK_NAMES if _section(route, name) is not None]
+    if names:
+        return names
+    return [n for n in SINK_NAMES if any(_section(r, n) for r in mapping.tables.values())]
+
+
+def _section(route: TableRoute, sink: str) -> object | None:
+    return {"search": route.search, "cache": route.cache, "delta": route.delta}[sink]
+
+
+def _documents_caught_up(
+    mapping: MappingFile,
+    connections: Connections,
+    documents: Sequence[str],
+    checkpoint: Path,
+    timeout_seconds: float,
+) -> str | None:
+    """Document consumers record no applied watermark: once a sink's watermark reached the
+    position, every change committed before it is in Kafka (the watermark's rule,
+    job.watermark_rule), so each document consumer has applied them once its checkpoint's
+    processed offsets reach the end offsets read now, in every partition of its tables."""
+    deadline = time.monotonic() + timeout_seconds
+    ends_reader = EndOffsets(connections.require("kafka_bootstrap"), connections.kafka_flavor)
+    try:
+        topics = {
+            name: [f"{mapping.topic_prefix}.{t}" for t in sorted(mapping.documents[name].tables())]
+            for name in documents
+        }
+        ends = {name: ends_reader.of(found) for name, found in topics.items()}
+    finally:
+        ends_reader.close()
+    while True:
+        behind = {name: _behind(checkpoint, name, wanted) for name, wanted in ends.items()}
+        behind = {name: why for name, why in behind.items() if why is not None}
+        if not behind:
+            return None
+        if time.monotonic() >= deadline:
+            details = "; ".join(f"documents {name}: {why}" for name, why in sorted(behind.items()))
+            return (
+                f"the document indices have not applied everything committed before erase "
+                f"started within the wait ({details}): nothing erased; run the job until they "
+                "catch up (or name their checkpoint with --checkpoint), then erase again"
+            )
+        time.sleep(POLL_SECONDS)
+
+
+def _behind(checkpoint: Path, name: str, wanted: PartitionOffsets) -> str | None:
+    folder = consumer_checkpoint(checkpoint, f"{DOCUMENTS_PREFIX}{name}")
+    processed = processed_offsets(folder)
+    if processed is None:
+        return f"no batch committed in {folder}"
+    late = sorted(
+        f"{topic}[{part}] {processed.offsets.get((topic, part), 0)}/{end}"
+        for (topic, part), end in wanted.items()
+        if processed.offsets.get((topic, part), 0) < end
+    )
+    return f"behind at {', '.join(late)}" if late else None
+
+
+def documents_holding(mapping: MappingFile, table: TableId) -> list[str]:
+    """The document indices whose documents hold `table`'s rows (as root or nested)."""
+    return sorted(name for name, spec in mapping.documents.items() if table in spec.tables())
 
 
 def _documents_rooted_at(mapping: MappingFile, table: TableId) -> list[str]:
@@ -201,11 +269,7 @@ def _documents_rooted_at(mapping: MappingFile, table: TableId) -> list[str]:
 
 
 def _documents_nesting(mapping: MappingFile, table: TableId) -> list[str]:
-    return sorted(
-        name
-        for name, spec in mapping.documents.items()
-        if spec.table != table and table in spec.tables()
-    )
+    return [n for n in documents_holding(mapping, table) if mapping.documents[n].table != table]
 
 
 def _place(route: TableRoute, name: str) -> str:
