@@ -15,7 +15,6 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 import redis
 
@@ -23,11 +22,11 @@ from cdc_sync.cli import main
 from cdc_sync.core.kafka_clients import consumer_config
 from cdc_sync.core.model import TableId
 from cdc_sync.debezium.connector import load_connector
-from cdc_sync.debezium.notifications import end_offsets, follow, notification_topic
-from cdc_sync.debezium.signals import request_snapshot
+from cdc_sync.debezium.notifications import SnapshotOutcome
 from cdc_sync.demo.workload import create_demo_schema
 from cdc_sync.sinks.delta import readback as delta_readback
 from cdc_sync.sinks.search.backends import open_backend
+from cdc_sync.verify.resnapshot import SnapshotChannel, SnapshotSignal, run_signals
 from tests.e2e.conftest import CONNECTOR, Services, running_pipeline
 from tests.e2e.harness import SyncHarness, e2e_mapping
 from tests.e2e.test_history import cli_files
@@ -234,21 +233,16 @@ def redis_holding(pipeline: SyncHarness, values: Sequence[str]) -> dict[str, lis
 
 
 def resnapshot(pipeline: SyncHarness, tables: list[str]) -> None:
-    """An incremental snapshot of `tables` through Debezium's signal table, to its end."""
-    config = load_connector(CONNECTOR).config
-    topic = notification_topic(config)
-    assert topic is not None
+    """An incremental snapshot of `tables` through Debezium's signal table, to its end (the
+    way `cdc-sync repair` asks for one)."""
+    connections = pipeline.connections
     kafka = consumer_config(
-        pipeline.connections.require("kafka_bootstrap"),
-        pipeline.connections.kafka_flavor,
+        connections.require("kafka_bootstrap"),
+        connections.kafka_flavor,
         group_id=f"t-{uuid.uuid4()}",
     )
-    start = end_offsets(kafka, topic)
-    with psycopg.connect(pipeline.connections.require("pg_url"), autocommit=True) as conn:
-        signal_id = request_snapshot(conn, config, tables)
-    seen = []
-    for notification in follow(kafka, topic, start, signal_id, timeout=120):
-        seen.append(notification.type)
-        if notification.type in ("COMPLETED", "ABORTED"):
-            break
-    assert seen and seen[-1] == "COMPLETED", f"incremental snapshot: {seen}"
+    channel = SnapshotChannel(
+        load_connector(CONNECTOR).config, connections.require("pg_url"), kafka, 120
+    )
+    ((_, outcome),) = run_signals(channel, [SnapshotSignal(tuple(tables))])
+    assert outcome is SnapshotOutcome.COMPLETED, outcome
