@@ -232,7 +232,7 @@ def _documents_caught_up(
     finally:
         ends_reader.close()
     while True:
-        behind = {name: _behind(checkpoint, name, wanted) for name, wanted in ends.items()}
+        behind = {name: document_behind(checkpoint, name, wanted) for name, wanted in ends.items()}
         behind = {name: why for name, why in behind.items() if why is not None}
         if not behind:
             return None
@@ -246,7 +246,9 @@ def _documents_caught_up(
         time.sleep(POLL_SECONDS)
 
 
-def _behind(checkpoint: Path, name: str, wanted: PartitionOffsets) -> str | None:
+def document_behind(checkpoint: Path, name: str, wanted: PartitionOffsets) -> str | None:
+    """Why document index `name`'s consumer (under the job's `checkpoint` root) has not
+    processed every partition up to `wanted` yet; None once it has."""
     folder = consumer_checkpoint(checkpoint, f"{DOCUMENTS_PREFIX}{name}")
     processed = processed_offsets(folder)
     if processed is None:
