@@ -17,9 +17,9 @@ import pytest
 from deltalake import DeltaTable
 
 from cdc_sync.core.errors import ConfigError
-from cdc_sync.core.model import id_digest
+from cdc_sync.core.model import TableId, id_digest
 from cdc_sync.job.decode.fold import fold_key
-from cdc_sync.mapping import DeltaRoute, TableRoute
+from cdc_sync.mapping import DeltaRoute, TableRoute, load_mapping
 from cdc_sync.sinks.delta import readback as delta_readback
 from cdc_sync.sinks.delta.history_writer import erased_versions
 from cdc_sync.sinks.delta.target import erased_path
@@ -67,6 +67,11 @@ def apply_everywhere(sinks: RepairSinks, route: TableRoute, batches: list[list[A
             sink = sinks.sink(name)
             sink.ensure_target(route, folded[0].schema)
             sink.apply(route, folded)
+
+
+def ids_held(sinks: RepairSinks, name: str, route: TableRoute) -> set[str]:
+    """The doc ids sink `name` holds a row for (a soft-delete mark without values included)."""
+    return set(sinks.stored(name, route, ["id"], ["1", "2", "3"]))
 
 
 def caught_up() -> str | None:
@@ -177,3 +182,52 @@ def test_erase_purge_leaves_no_file_or_log_entry_holding_the_erased_values(
     apply_everywhere(sinks, route, [[[change(route, "c", 400, 3, product(3, price="2.00"))]]])
     assert set(held(sinks, "delta", route)) == {"2", "3"}
     assert history_ids(sinks, route) == [("2", 100), ("3", 400)]
+
+
+def test_erase_removes_soft_deleted_rows_and_a_replay_does_not_mark_them_again(
+    sinks: RepairSinks, source: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    """`on_delete: soft` keeps a deleted row, marked, values and all: erase removes it at the
+    erased version, above the mark's (the delete's own version), so a replay of the delete
+    writes no mark again and a replay of older changes no row."""
+    tag = uuid.uuid4().hex[:8]
+    path = tmp_path / "soft.yaml"
+    path.write_text(
+        "version: 1\nsource: {topic_prefix: t}\ntables:\n  shop.products:\n"
+        "    on_delete: soft\n"
+        f"    search: {{index: soft_{tag}}}\n    cache: {{prefix: s{tag}}}\n"
+        f"    delta: {{table: shop.soft_{tag}}}\n"
+    )
+    route = load_mapping(path).tables[TableId("shop", "products")]
+
+    secret = f"Zq-soft-{tag}"
+    created = change(route, "c", 100, 1, product(1, name=secret))
+    deleted = change(route, "d", 300, 1)
+    schema = created.schema  # the table's accepted schema (a delete carries none)
+    assert schema is not None
+
+    def apply_shaped(batch: list[Any]) -> None:
+        folded = [fold_key(group) for group in batch]
+        for name, changes in route.sink_changes(schema, folded).items():
+            sink = sinks.sink(name)
+            sink.ensure_target(route, route.sink_schema(name, schema))
+            sink.apply(route, changes)
+
+    apply_shaped([[created], [change(route, "c", 100, 2, product(2))]])
+    apply_shaped([[deleted]])
+    for name in SINKS:  # marked, and still holding the values
+        assert held(sinks, name, route).get("1") == secret, name
+
+    def present() -> set[str]:
+        return set(source_keys(source, route.table)) & {"1"}
+
+    outcome = erase(sinks, route, ["id"], ["1"], present, caught_up)
+
+    assert not outcome.failed, outcome.lines
+    for name in SINKS:
+        assert ids_held(sinks, name, route) == {"2"}, name
+    apply_shaped([[created, deleted]])  # a replay, in one batch
+    apply_shaped([[created]])  # and one change at a time
+    apply_shaped([[deleted]])
+    for name in SINKS:
+        assert ids_held(sinks, name, route) == {"2"}, name
