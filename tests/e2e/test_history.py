@@ -165,6 +165,9 @@ def cli_files(pipeline: SyncHarness, root: Path) -> tuple[Path, Path]:
         "CDC_SYNC_SEARCH_CLIENT": c.search_client,
         "CDC_SYNC_REDIS_URL": c.require("redis_url"),
         "CDC_SYNC_WAREHOUSE": c.require("warehouse"),
+        # erase reads the document indices' progress against the topics' end offsets
+        "CDC_SYNC_KAFKA_BOOTSTRAP": c.require("kafka_bootstrap"),
+        "CDC_SYNC_KAFKA_FLAVOR": c.kafka_flavor,
     }
     env_file = root / "stack.env"
     env_file.write_text("".join(f"{k}={v}\n" for k, v in env.items()))
