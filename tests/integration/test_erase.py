@@ -6,6 +6,7 @@ bring it back. (The same against a running job and a document index: tests/e2e/t
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 import uuid
 from collections.abc import Iterator
@@ -72,6 +73,14 @@ def apply_everywhere(sinks: RepairSinks, route: TableRoute, batches: list[list[A
 def ids_held(sinks: RepairSinks, name: str, route: TableRoute) -> set[str]:
     """The doc ids sink `name` holds a row for (a soft-delete mark without values included)."""
     return set(sinks.stored(name, route, ["id"], ["1", "2", "3"]))
+
+
+def backdate_files(table: Path, hours: float) -> None:
+    """Set the modification time of every data file of `table` `hours` back."""
+    then = time.time() - hours * 3600
+    for file in table.rglob("*.parquet"):
+        if "_delta_log" not in file.parts:
+            os.utime(file, (then, then))
 
 
 def caught_up() -> str | None:
@@ -166,6 +175,7 @@ def test_erase_purge_leaves_no_file_or_log_entry_holding_the_erased_values(
     time.sleep(1.5)
     for path in tables:
         DeltaTable(str(path)).create_checkpoint()  # as the job does every 100 commits
+        backdate_files(path, hours=200)  # written as long ago as their removes aged out
     assert files_holding(warehouse, [secret, note])  # before: the history and older files
 
     def present() -> set[str]:
