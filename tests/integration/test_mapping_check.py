@@ -158,6 +158,14 @@ def test_the_job_start_check_names_the_field_and_binds_the_hash_secret(
         check_shapes(load_mapping(path), source, modes)
     assert unknown.value.path == "tables.shop.customers.cache.computed.n"
     assert "fullname" in unknown.value.message
+    path.write_text(
+        "version: 1\nsource: {topic_prefix: cdc}\ntables:\n  shop.customers:\n"
+        "    cache: {mask: {id: '0'}}\n"
+    )
+    with pytest.raises(ConfigError) as masked_key:  # the job does not start
+        check_shapes(load_mapping(path), source, modes)
+    assert masked_key.value.path == "tables.shop.customers.cache.mask"
+    assert "key column 'id' cannot be masked" in masked_key.value.message
 
 
 BAD_DOCUMENTS = """
