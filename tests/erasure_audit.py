@@ -17,8 +17,12 @@ def files_holding(root: Path, values: Sequence[str]) -> dict[str, list[str]]:
     """relative path -> the `values` found in it, for every file under `root` holding one."""
     found: dict[str, list[str]] = {}
     for path in sorted(p for p in root.rglob("*") if p.is_file()):
-        data = path.read_bytes()
-        text = _decoded(path) if path.suffix == ".parquet" else ""
+        try:
+            data = path.read_bytes()
+            text = _decoded(path) if path.suffix == ".parquet" else ""
+        except FileNotFoundError:
+            continue  # a running job's temporary file, renamed or deleted since the listing
+
         held = [v for v in values if v.encode() in data or v in text]
         if held:
             found[str(path.relative_to(root))] = held
