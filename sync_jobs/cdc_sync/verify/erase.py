@@ -219,7 +219,7 @@ def _documents_caught_up(
 ) -> str | None:
     """Document consumers record no applied watermark: once a sink's watermark reached the
     position, every change committed before it is in Kafka (the watermark's rule,
-    job.watermark_rule), so each document consumer has applied them once its checkpoint's
+    job.observe.watermark_rule), so each document consumer has applied them once its checkpoint's
     processed offsets reach the end offsets read now, in every partition of its tables."""
     deadline = time.monotonic() + timeout_seconds
     ends_reader = EndOffsets(connections.require("kafka_bootstrap"), connections.kafka_flavor)
