@@ -12,8 +12,9 @@ from __future__ import annotations
 import dataclasses
 import logging
 import shutil
+import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import psycopg
@@ -76,6 +77,10 @@ class SharedParts:
     metrics: JobMetrics | None = None
     progress: SnapshotProgress | None = None
     observers: Sequence[BatchObserver] = ()
+    # Set once every consumer's query has started: a batch waits for it, so that no consumer's
+    # first (large) batch takes the CPU from a later consumer's start (its source's Python
+    # process must connect back to Spark within 10 s, a fixed limit of Spark's).
+    all_started: threading.Event = field(default_factory=threading.Event)
 
 
 def converter_modes(mapping: MappingFile) -> ConverterModes:
@@ -279,6 +284,7 @@ class ConsumerJob:
         return query
 
     def _batch(self, batch: DataFrame, batch_id: int) -> None:
+        self.shared.all_started.wait()
         # Each consumer's Spark jobs run in a fair-scheduler pool of its own (spark_session):
         # a long batch of one consumer does not queue the others' tasks behind it.
         self.shared.spark.sparkContext.setLocalProperty("spark.scheduler.pool", self.name)

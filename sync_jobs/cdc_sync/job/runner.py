@@ -187,7 +187,7 @@ class SyncJob:
                 self.database.conninfo,
             )
         self.progress = snapshot_progress(mapping, self.database, options, planned)
-        shared = SharedParts(
+        shared = self.shared = SharedParts(
             spark,
             connections,
             options,
@@ -237,7 +237,10 @@ class SyncJob:
             _wait_initialized(query, INITIALIZE_SECONDS)
             return query
 
-        started = {consumer.name: start(consumer.name) for consumer in self.consumers}
+        try:
+            started = {consumer.name: start(consumer.name) for consumer in self.consumers}
+        finally:
+            self.shared.all_started.set()  # the consumers' batches may run now
         self.query = QueryGroup(started, restart=start)
         return self.query
 
