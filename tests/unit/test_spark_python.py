@@ -20,12 +20,9 @@ pytestmark = pytest.mark.unit
 def test_the_launcher_drops_sparks_zips_and_keeps_the_rest_of_the_path(tmp_path: Path) -> None:
     zips = Path(pyspark.__file__).parent / "python" / "lib"
     path = [str(zips / "pyspark.zip"), str(tmp_path), *map(str, zips.glob("py4j-*.zip"))]
+    show = "import os, pyspark; print(os.environ['PYTHONPATH']); print(pyspark.__file__)"
     shown = subprocess.run(
-        [
-            worker_python(),
-            "-c",
-            "import os, pyspark; print(os.environ['PYTHONPATH']); print(pyspark.__file__)",
-        ],  # fmt: skip
+        [worker_python(), "-c", show],
         env={**os.environ, "PYTHONPATH": os.pathsep.join(path)},
         capture_output=True,
         text=True,
