@@ -25,6 +25,7 @@ from typing import Any, Protocol
 
 from cdc_sync.core.logs import CONSOLE
 from cdc_sync.core.model import Change, Coordinates, Op, TableId, Truncate
+from cdc_sync.documents.comparisons import TableTypes, schema_types
 from cdc_sync.documents.fanout import affected_roots
 from cdc_sync.documents.render import render
 from cdc_sync.documents.state import Changed, DocumentState, Entry
@@ -107,11 +108,18 @@ class DocumentSync:
     ) -> DocumentSync:
         return cls(mapping, checkpoint / STATE_FILE, search, full_batch=full_batch)
 
-    def ensure_targets(self, schemas: Mapping[TableId, RowSchema]) -> None:
+    def ensure_targets(
+        self,
+        schemas: Mapping[TableId, RowSchema],
+        types: Mapping[TableId, TableTypes] | None = None,
+    ) -> None:
         """Each document index, before the stream starts: created (its mapping typed from
         `schemas`); built from the state when the state already holds its rows; rebuilt into a
         new concrete index behind the alias when its spec changed since the state last wrote
-        it. A build renders every root from the state, then points the alias at it."""
+        it. A build renders every root from the state, then points the alias at it. Rows join
+        and sort by the columns' Postgres `types` (`comparisons.catalog_types`; without them,
+        as their kinds in `schemas` suggest)."""
+        self.state.use_types({**schema_types(schemas), **(types or {})})
         for name, spec in self.specs.items():
             route = document_route(spec, schemas, self.mapping.policies_for(spec.table))
             fingerprint = _fingerprint(spec, route)
@@ -247,7 +255,10 @@ class DocumentSync:
             rows = [row for row in rows if row.id in kept]
         documents = render(spec, rows, self.state)
         where = Coordinates(f"documents:{name}", 0, 0)
-        return [_action(spec.table, where, ident, version, documents.get(ident)) for ident in ids]
+        return [
+            document_action(spec.table, where, ident, version, documents.get(ident))
+            for ident in ids
+        ]
 
 
 def _fingerprint(spec: DocumentSpec, route: TableRoute) -> str:
@@ -257,7 +268,7 @@ def _fingerprint(spec: DocumentSpec, route: TableRoute) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _action(
+def document_action(
     table: TableId,
     where: Coordinates,
     ident: str,

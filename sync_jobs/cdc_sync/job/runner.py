@@ -26,6 +26,7 @@ from cdc_sync.core.settings import Connections, state_dir
 from cdc_sync.debezium.connector import converter_modes as connector_modes
 from cdc_sync.debezium.database import SourceDatabase, source_database
 from cdc_sync.documents import DocumentSync
+from cdc_sync.documents.comparisons import TableTypes, catalog_types
 from cdc_sync.job.applier import BatchApplier, BatchObserver
 from cdc_sync.job.batch_phases import SmallBatches
 from cdc_sync.job.checkpoint import default_checkpoint_dir, processed_offsets
@@ -316,7 +317,8 @@ class SyncJob:
                 sink.ensure_target(route, None)
         if self.documents is not None:
             self.documents.ensure_targets(
-                document_schemas(self.mapping, self.database, converter_modes(self.mapping))
+                document_schemas(self.mapping, self.database, converter_modes(self.mapping)),
+                document_types(self.mapping, self.database),
             )
         stream = stream_with_options(self.spark, self.source)
         writer = (
@@ -406,6 +408,13 @@ def document_schemas(
     tables = sorted({t for spec in mapping.documents.values() for t in spec.tables()})
     with psycopg.connect(source.conninfo) as conn:
         return {table: row_schema_from_catalog(conn, table, modes) for table in tables}
+
+
+def document_types(mapping: MappingFile, source: SourceDatabase) -> dict[TableId, TableTypes]:
+    """The document tables' Postgres column types and keys: how their rows join and sort."""
+    tables = sorted({t for spec in mapping.documents.values() for t in spec.tables()})
+    with psycopg.connect(source.conninfo) as conn:
+        return catalog_types(conn, tables)
 
 
 def snapshot_progress(
