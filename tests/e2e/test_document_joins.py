@@ -20,6 +20,9 @@ import pytest
 from cdc_sync.demo.workload import create_demo_schema
 from cdc_sync.sinks.search import readback as search_readback
 from cdc_sync.sinks.search.backends import open_backend
+from cdc_sync.verify.compare import verify_all
+from cdc_sync.verify.repair import RepairOptions, repair
+from cdc_sync.verify.resnapshot import SnapshotChannel
 from tests.e2e.conftest import Services, running_pipeline
 from tests.e2e.harness import SyncHarness, e2e_mapping
 from tests.pg import private_database
@@ -118,3 +121,54 @@ def test_rows_join_and_sort_as_postgres_compares_their_types(pipeline: SyncHarne
         pipeline, "UPDATE shop.dj_lines SET price = 9.49 WHERE order_id = 1 AND line_no = 1"
     )
     assert prices(updated) == ["-100.50", "-10.00", "-2.00", "9.49", "9.50", None]
+
+
+def test_repair_rewrites_damaged_documents_itself_and_newer_renders_pass(
+    pipeline: SyncHarness,
+) -> None:
+    """A document deleted, one corrupted at its own version, one invented: `repair` rewrites
+    the first two as Postgres computes them (at its fence version, no snapshot) and deletes the
+    third; the job's next render of a changed root replaces the repaired document."""
+    pipeline.wait_converged()
+    spec = pipeline.mapping.documents[DOCUMENT]
+    connections = pipeline.connections
+    backend = open_backend(connections.search_client, connections.require("search_url"))
+    try:
+        stored = search_readback.documents(backend, spec.index)["1"][0]
+        versioned = {"version": stored, "version_type": "external_gte"}
+        invented = {"_index": spec.index, "_id": "99", "version": 5, "version_type": "external"}
+        backend.bulk(
+            [
+                {"delete": {"_index": spec.index, "_id": "2"}},
+                {"index": {"_index": spec.index, "_id": "1", **versioned}},
+                {"id": 1, "account": None},
+                {"index": invented},
+                {"id": 99},
+            ]
+        )
+    finally:
+        backend.close()
+    damaged = {s.sink: s for t in verify_all(pipeline.mapping, connections).tables for s in t.sinks}
+    found = damaged[f"document {DOCUMENT}"]
+    assert (found.missing, found.different, found.extra) == (["2"], ["1"], ["99"])
+    printed: list[str] = []
+    channel = SnapshotChannel(  # documents need the signal table only: no snapshot runs
+        config={"signal.data.collection": "shop.cdc_sync_signal"},
+        conninfo=connections.require("pg_url"),
+        kafka={},
+    )
+    options = RepairOptions(tables={spec.table}, sinks={"search"}, settle_seconds=30)
+    result = repair(pipeline.mapping, connections, channel, options, printed.append)
+    text = "\n".join(printed)
+    assert result.converged, text
+    assert f"document {DOCUMENT}: 1 extra: 1 deleted at their stored version" in text, text
+    assert f"document {DOCUMENT}: 1 missing, 1 different: 2 rewritten at version" in text, text
+    repaired = documents(pipeline)
+    assert repaired["1"]["account"]["name"] == "Renamed" and "99" not in repaired
+    # A later change renders above the fence: the job's newer document replaces the repaired one.
+    assert (
+        step(pipeline, "UPDATE shop.dj_accounts SET name = 'Again' WHERE code = 'ab'")["account"][
+            "name"
+        ]
+        == "Again"
+    )

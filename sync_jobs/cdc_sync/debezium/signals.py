@@ -76,13 +76,23 @@ def request_snapshot(
             f"snapshot signal of {len(data)} characters exceeds the signal table's "
             f"{SIGNAL_DATA_CHARS}: split the filters (key_filters with a smaller budget)"
         )
+    return _signal(conn, table, "snapshot", "execute-snapshot", data)
+
+
+def request_log(conn: psycopg.Connection[Any], config: Mapping[str, str], message: str) -> str:
+    """Insert a `log` signal (Debezium logs `message`; its transaction is streamed like any
+    captured table's); returns its id."""
+    return _signal(conn, signal_table(config), "log", "log", json.dumps({"message": message}))
+
+
+def _signal(conn: psycopg.Connection[Any], table: str, prefix: str, kind: str, data: str) -> str:
     schema, _, name = table.partition(".")
     quoted = f'"{schema}"."{name}"'
     conn.execute(SIGNAL_TABLE_DDL.format(table=quoted).encode())
-    signal_id = f"snapshot-{uuid.uuid4()}"
+    signal_id = f"{prefix}-{uuid.uuid4()}"
     conn.execute(
-        f"INSERT INTO {quoted} (id, type, data) VALUES (%s, 'execute-snapshot', %s)".encode(),
-        (signal_id, data),
+        f"INSERT INTO {quoted} (id, type, data) VALUES (%s, %s, %s)".encode(),
+        (signal_id, kind, data),
     )
     return signal_id
 
