@@ -68,14 +68,7 @@ def pipeline(services: Services, tmp_path_factory: pytest.TempPathFactory) -> It
 
 
 def documents(pipeline: SyncHarness) -> dict[str, dict[str, Any]]:
-    backend = open_backend(
-        pipeline.connections.search_client, pipeline.connections.require("search_url")
-    )
-    try:
-        index = pipeline.mapping.documents[DOCUMENT].index
-        return {i: doc for i, (_, doc) in search_readback.documents(backend, index).items()}
-    finally:
-        backend.close()
+    return pipeline.documents(DOCUMENT)
 
 
 def step(pipeline: SyncHarness, *statements: str) -> dict[str, Any]:

@@ -17,8 +17,6 @@ import psycopg
 import pytest
 
 from cdc_sync.demo.workload import create_demo_schema
-from cdc_sync.sinks.search import readback as search_readback
-from cdc_sync.sinks.search.backends import open_backend
 from tests.e2e.conftest import Services, running_pipeline
 from tests.e2e.harness import SyncHarness, e2e_mapping
 from tests.pg import private_database
@@ -43,14 +41,7 @@ def pipeline(services: Services, tmp_path_factory: pytest.TempPathFactory) -> It
 
 
 def documents(pipeline: SyncHarness) -> dict[str, dict[str, Any]]:
-    backend = open_backend(
-        pipeline.connections.search_client, pipeline.connections.require("search_url")
-    )
-    try:
-        index = pipeline.mapping.documents[DOCUMENT].index
-        return {i: doc for i, (_, doc) in search_readback.documents(backend, index).items()}
-    finally:
-        backend.close()
+    return pipeline.documents(DOCUMENT)
 
 
 CUSTOMER = "INSERT INTO shop.customers (id, email, full_name) VALUES ({0}, 'c{0}@x.org', 'C {0}')"
