@@ -1,7 +1,7 @@
 """Nested documents on the local stack: the demo's `shop_order_documents` (orders with their
 customer, lines and each line's product) kept from the log through real Debezium, Spark and the
 search server, for every kind of change to every table of the document. After each step
-`verify` renders every document from Postgres's rows and compares it with the index
+`verify` has Postgres compute every document (SQL from the spec) and compares it with the index
 (`wait_converged`); the document index is also read directly where a step's effect is the
 point. A fan-out to 300 orders is served without one query to the orders or customers tables,
 and a replay of every topic on a fresh checkpoint leaves the index exactly as it was."""

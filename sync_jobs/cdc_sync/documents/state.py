@@ -2,8 +2,9 @@
 
 A SQLite file beside the checkpoint (`<checkpoint>/documents/state.sqlite`): one row per key of
 each document table (its JSON, version; a delete keeps its version so a stale change cannot bring
-the row back), the join values of the columns relations join on (indexed: finding a parent's
-children or a child's parents is one indexed lookup per relation), the roots a batch still has to
+the row back), the join values of the columns relations join on, each encoded by its pair's
+rule (`equality`: equal text where Postgres's `=` holds; indexed: finding a parent's children or
+a child's parents is one indexed lookup per relation), the roots a batch still has to
 render (`pending`, written in the batch's transaction, cleared once the search server holds
 them: a crash in between renders them again) and the version documents are written at.
 
