@@ -45,6 +45,7 @@ def captured(
     state: Path,
     tables: list[str],
     overrides: Mapping[str, str] | None = None,
+    ready_seconds: float = 120,
 ) -> Iterator[str]:
     """Capture `tables` (schema.table) until the block ends; yields the topic prefix."""
     prefix = f"obs{uuid.uuid4().hex[:8]}"
@@ -66,7 +67,7 @@ def captured(
     engine = CaptureEngine.from_file(CONNECTOR, connections, state, settings)
     engine.start()
     try:
-        engine.wait_ready(timeout_seconds=120)
+        engine.wait_ready(timeout_seconds=ready_seconds)
         yield prefix
     finally:
         engine.stop()

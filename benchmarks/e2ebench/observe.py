@@ -129,17 +129,20 @@ def tree_usage(pid: int) -> Usage:
     return Usage(cpu, rss)
 
 
-# cdc_sync.job.applier.BatchMetrics.summary(), after the logging prefix (cdc_sync.cli):
-# "<date> <time>,<ms> INFO cdc_sync.job.applier: batch 7: records=180 ... in 1.2s (decode:0.4s ...)"
+# cdc_sync.job.settle.applier.BatchMetrics.summary(), after the logging prefix (cdc_sync.cli):
+# "<date> <time>,<ms> INFO cdc_sync.job.settle.applier: search batch 7: records=180 ... in 1.2s
+# (...)" (the consumer of the log first: job.consumers).
 BATCH_LINE = re.compile(
-    r"^(?P<when>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO cdc_sync\.job\.applier: "
-    r"batch (?P<batch>\d+): records=(?P<records>\d+) .* in (?P<seconds>[\d.]+)s \((?P<stages>.*)\)$"
+    r"^(?P<when>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO cdc_sync\.job\.settle\.applier: "
+    r"(?P<consumer>\S+) batch (?P<batch>\d+): records=(?P<records>\d+) .* "
+    r"in (?P<seconds>[\d.]+)s \((?P<stages>.*)\)$"
 )
 STAGE = re.compile(r"(\w+):([\d.]+)s")
-# cdc_sync.job.query_progress.progress_line: Spark's phases of the same batch, in milliseconds.
+# cdc_sync.job.observe.query_progress.progress_line: Spark's phases of the same batch, in
+# milliseconds.
 SPARK_LINE = re.compile(
-    r"INFO cdc_sync\.job\.query_progress: batch (?P<batch>\d+): spark (?P<total>\d+)ms "
-    r"\((?P<phases>.*)\)"
+    r"INFO cdc_sync\.job\.observe\.query_progress: (?P<consumer>\S+) batch (?P<batch>\d+): "
+    r"spark (?P<total>\d+)ms \((?P<phases>.*)\)"
 )
 SPARK_PHASE = re.compile(r"(\w+):(\d+)ms")
 
@@ -147,6 +150,7 @@ SPARK_PHASE = re.compile(r"(\w+):(\d+)ms")
 @dataclass(frozen=True)
 class BatchLine:
     logged_at: float  # epoch seconds
+    consumer: str  # the consumer of the log whose batch it is (job.consumers)
     batch: int
     records: int
     applier_seconds: float
@@ -158,7 +162,7 @@ class BatchLine:
 SPARK_PLAN_PHASES = ("queryPlanning", "walCommit")
 
 
-def spark_overheads(text: str) -> dict[int, tuple[float, float]]:
+def spark_overheads(text: str) -> dict[tuple[str, int], tuple[float, float]]:
     """Per batch, the seconds Spark spent outside `foreachBatch` (end offsets, planning, offset
     and commit logs): the part of a batch no sink or stage of the job accounts for; and the
     part of them spent before `foreachBatch`."""
@@ -167,7 +171,7 @@ def spark_overheads(text: str) -> dict[int, tuple[float, float]]:
         phases = {name: int(ms) for name, ms in SPARK_PHASE.findall(match["phases"])}
         outside = (int(match["total"]) - phases.get("addBatch", 0)) / 1000
         before = sum(phases.get(name, 0) for name in SPARK_PLAN_PHASES) / 1000
-        found[int(match["batch"])] = (outside, before)
+        found[(match["consumer"], int(match["batch"]))] = (outside, before)
     return found
 
 
@@ -180,12 +184,14 @@ def batch_lines(log: Path) -> list[BatchLine]:
         if match is None:
             continue
         stages = {name: float(secs) for name, secs in STAGE.findall(match["stages"])}
-        if int(match["batch"]) in spark:
-            stages["spark"], stages["spark_plan"] = spark[int(match["batch"])]
+        batch = (match["consumer"], int(match["batch"]))
+        if batch in spark:
+            stages["spark"], stages["spark_plan"] = spark[batch]
         when = datetime.strptime(match["when"], "%Y-%m-%d %H:%M:%S,%f")
         found.append(
             BatchLine(
                 when.timestamp(),  # naive: local time, as logging writes it
+                match["consumer"],
                 int(match["batch"]),
                 int(match["records"]),
                 float(match["seconds"]),

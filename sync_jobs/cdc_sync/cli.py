@@ -27,7 +27,7 @@ from cdc_sync.core.settings import Connections, SettingsError
 
 if TYPE_CHECKING:
     from cdc_sync.debezium.database import SourceDatabase
-    from cdc_sync.job.metrics_export import ConnectorStatus
+    from cdc_sync.job.observe.metrics_export import ConnectorStatus
     from cdc_sync.job.runner import JobOptions
     from cdc_sync.mapping import MappingFile
 
@@ -38,8 +38,11 @@ console = logging.getLogger(CONSOLE)  # shown on the console without -v
 LOGGED_COMMANDS = ("run", "demo", "capture")
 _T = TypeVar("_T")
 
-# How often `run` looks whether a stop signal came while it waits for the query.
+# How often `run` looks whether a stop signal came while it waits for the queries.
 STOP_POLL_SECONDS = 1
+# After SIGTERM / Ctrl-C: how long the queries get to stop, and when the process leaves anyway.
+STOP_QUERIES_SECONDS = 5.0
+STOP_GRACE_SECONDS = 9.0
 
 
 def _setup_logging(verbose: bool, command: str | None) -> None:
@@ -87,6 +90,11 @@ def job_options(args: argparse.Namespace, defaults: JobOptions) -> JobOptions:
         driver_batch_max_records=_given(
             args.driver_batch_records, defaults.driver_batch_max_records
         ),
+        consumers=(
+            frozenset(name.strip() for name in args.consumers.split(",") if name.strip())
+            if args.consumers
+            else None
+        ),
     )
 
 
@@ -109,6 +117,7 @@ def connector_status(connections: Connections, mapping: MappingFile) -> Connecto
 
 def cmd_run(args: argparse.Namespace) -> int:
     from cdc_sync.core.logs import log_settings
+    from cdc_sync.core.retry import abandon_retries
     from cdc_sync.job.runner import JobOptions, SyncJob
     from cdc_sync.job.spark_session import build_spark
     from cdc_sync.mapping import load_mapping
@@ -120,6 +129,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     spark = build_spark(jvm_log=log_settings().jvm_log)
     status = connector_status(connections, mapping) if options.metrics_port is not None else None
     job = SyncJob(spark, mapping, connections, options, connector_status=status, source=source)
+    query = None
     try:
         if args.available_now:
             job.drain()
@@ -136,12 +146,35 @@ def cmd_run(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGTERM, stop)
         while not query.awaitTermination(STOP_POLL_SECONDS):
             if stopping.is_set():
-                console.info("stopping the sync job (the current batch finishes first)")
-                query.stop()
+                console.info(
+                    "stopping the sync job: a batch in progress is abandoned (not committed: it "
+                    "re-runs on restart, and every write is fenced)"
+                )
+                _leave_after(STOP_GRACE_SECONDS)
+                abandon_retries()  # a sink that is down is not waited for
+                break
+        failed = query.exception()
+        if failed is not None:
+            raise failed
         return 0
     finally:
+        if query is not None:
+            query.stop(timeout=STOP_QUERIES_SECONDS)  # every consumer, whatever ended the wait
         job.close()
         spark.stop()
+
+
+def _leave_after(seconds: float) -> None:
+    """Whatever still runs then (a batch stuck in a sink's client, Spark's own shutdown), the
+    process ends `seconds` from now: an orchestrator's grace period is not ours to use up."""
+
+    def leave() -> None:
+        console.info("the sync job stopped without waiting for what was still running")
+        _exit_now(0)
+
+    timer = threading.Timer(seconds, leave)
+    timer.daemon = True
+    timer.start()
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
@@ -163,7 +196,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     import json
 
-    from cdc_sync.job.checkpoint import default_checkpoint_dir
+    from cdc_sync.job.observe.checkpoint import default_checkpoint_dir
     from cdc_sync.mapping import load_mapping
     from cdc_sync.status.gather import gather
     from cdc_sync.status.render import render, to_json
@@ -503,6 +536,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--available-now", action="store_true", help="process what is in the topics, then stop"
+    )
+    run.add_argument(
+        "--consumers",
+        metavar="NAMES",
+        help="run only these consumers of the log, comma-separated (search, redis, delta, "
+        "documents:<name>); each has its own checkpoint, so another application can run the "
+        "rest (default: every consumer the mapping needs)",
     )
     run.set_defaults(handler=cmd_run)
 

@@ -15,7 +15,16 @@ from typing import Any
 import yaml
 
 from cdc_sync.core.errors import ConfigError, FieldReader
-from cdc_sync.core.model import Change, TableId
+from cdc_sync.core.model import Change, TableId, Truncate
+from cdc_sync.names import (
+    Claim,
+    collisions,
+    delta_problem,
+    describe,
+    index_for,
+    index_problem,
+    topic_name,
+)
 from cdc_sync.relations import DocumentSpec, parse_documents
 from cdc_sync.schema import Column, RowSchema
 from cdc_sync.shape.changes import sink_changes, sink_schema
@@ -31,7 +40,7 @@ from cdc_sync.shape.spec import (
 
 class OnTombstone(StrEnum):
     # The compacted log's delete: after the log cleaner ran, a consumer behind it may see only
-    # the tombstone of a deleted key (job.fold gives it its version).
+    # the tombstone of a deleted key (job.decode.fold gives it its version).
     DELETE = "delete"
     SKIP = "skip"  # only for topics that are never compacted
     FAIL = "fail"
@@ -44,7 +53,8 @@ class OnMalformed(StrEnum):
 
 class OnSnapshotEnd(StrEnum):
     # A full snapshot of a table (initial, or after lost offsets) is the whole table at its
-    # point: rows the sinks hold older than it that it did not write are gone (job.truncates).
+    # point: rows the sinks hold older than it that it did not write are gone
+    # (job.settle.truncates).
     SWEEP = "sweep"
     # For snapshots that read only part of a table (`snapshot.select.statement.overrides`, a
     # blocking snapshot with `additional-conditions`): sweeping would remove the rest.
@@ -68,6 +78,11 @@ class Policies:
     on_malformed: OnMalformed = OnMalformed.FAIL
     on_schema_change: OnSchemaChange = OnSchemaChange.FAIL
     on_snapshot_end: OnSnapshotEnd = OnSnapshotEnd.SWEEP
+
+    def applies(self, truncate: Truncate) -> bool:
+        """Whether the table's stores apply `truncate`: a TRUNCATE always, the end of a full
+        snapshot unless the table keeps what its snapshot did not read (`on_snapshot_end`)."""
+        return not truncate.snapshot_end or self.on_snapshot_end is not OnSnapshotEnd.KEEP
 
 
 @dataclass(frozen=True)
@@ -246,9 +261,18 @@ class MappingFile:
         """The tables whose topics the job reads: the routed ones and the heartbeat table."""
         return [*self.tables, *([self.heartbeat_table] if self.heartbeat_table else [])]
 
+    def topic(self, table: TableId) -> str:
+        """The topic Debezium writes `table`'s changes to (its naming rule: `names.topic_name`)."""
+        return topic_name(self.topic_prefix, table)
+
     def topics(self) -> list[str]:
         """The topics the job reads (`read_tables`)."""
-        return sorted(f"{self.topic_prefix}.{table}" for table in self.read_tables())
+        return sorted(self.topic_tables())
+
+    def topic_tables(self) -> dict[str, TableId]:
+        """The table of each topic the job reads: a topic's name alone may not say it (Debezium
+        replaces characters Kafka does not allow; a name may hold a dot)."""
+        return {self.topic(table): table for table in self.read_tables()}
 
     def chosen(self, names: Iterable[str], option: str = "--table") -> frozenset[TableId] | None:
         """Routed tables named on a command line (`schema.table`); None when none are named."""
@@ -334,6 +358,8 @@ def load_mapping(path: Path) -> MappingFile:
     if both:
         raise root.error("ignore", f"tables both routed and ignored: {', '.join(both)}")
     heartbeat_table = _heartbeat_table(source, routes.keys() | ignored)
+    captured = [*routes, *ignored, *([heartbeat_table] if heartbeat_table else [])]
+    _refuse_shared_names(root, routes, documents, topic_prefix, captured)
     return MappingFile(
         path=path,
         topic_prefix=topic_prefix,
@@ -456,11 +482,11 @@ def _search_route(reader: FieldReader, table: TableId) -> SearchRoute | None:
     for name, value in (("mapping", mapping), ("settings", settings)):
         if not isinstance(value, Mapping):
             raise section.error(name, "expected a mapping")
-    return SearchRoute(
-        index=section.str_("index", f"{table.schema}_{table.table}"),
-        mapping=mapping,
-        settings=settings,
-    )
+    index = section.str_("index", index_for(table.schema, table.table))
+    problem = index_problem(index)
+    if problem is not None:
+        raise section.error("index", f"{index!r}: {problem}; set another name")
+    return SearchRoute(index=index, mapping=mapping, settings=settings)
 
 
 def _cache_route(reader: FieldReader, cache_prefix: str) -> CacheRoute | None:
@@ -517,6 +543,57 @@ def _delta_route(reader: FieldReader, table: TableId) -> DeltaRoute | None:
 
 def _qualified(section: FieldReader, name: str, default: str) -> TableId:
     try:
-        return TableId.parse(section.str_(name, default))
+        target = TableId.parse(section.str_(name, default))
     except ValueError as exc:
         raise section.error(name, str(exc)) from exc
+    for part in (target.schema, target.table):
+        problem = delta_problem(part)
+        if problem is not None:
+            raise section.error(name, f"{str(target)!r}: {problem}; set another name")
+    return target
+
+
+def _refuse_shared_names(
+    root: FieldReader,
+    routes: Mapping[TableId, TableRoute],
+    documents: Mapping[str, DocumentSpec],
+    topic_prefix: str,
+    captured: Iterable[TableId],
+) -> None:
+    """Two tables sharing an index, a cache key space, a Delta directory or a topic would
+    overwrite each other's rows (`Users` and `users` in one index, by id): refused, naming
+    the settings that give each its own."""
+    claims = []
+    for table, route in routes.items():
+        at, owner = f"tables.{table}", str(table)
+        if route.search is not None:
+            claims.append(Claim("search index", route.search.index, owner, f"{at}.search.index"))
+        if route.cache is not None:
+            key = route.cache.key(table, "")
+            claims.append(Claim("cache key space", key, owner, f"{at}.cache.prefix", key + "*"))
+        if route.delta is not None:
+            delta = route.delta
+            paths = [delta.relative_path()] + ([delta.history_relative_path()] * delta.history)
+            for path in paths:
+                # Compared without case: catalogs (Hive, Glue, Unity) and some file systems
+                # do not tell `Users` from `users`.
+                claims.append(Claim("Delta table", path.casefold(), owner, f"{at}.delta", path))
+    for name, spec in documents.items():
+        claims.append(Claim("search index", spec.index, f"document {name}", f"documents.{name}"))
+    for table in captured:
+        topic = topic_name(topic_prefix, table)
+        # Kafka refuses a topic whose name differs from another's only by "." and "_".
+        claims.append(Claim("Kafka topic", topic.replace(".", "_"), str(table), "topic", topic))
+    shared = collisions(claims)
+    if shared:
+        fixes = {
+            "search index": "give each its own search.index",
+            "cache key space": "give each its own cache.prefix",
+            "Delta table": "give each its own delta.table",
+            "Kafka topic": "rename one of the tables, or capture them with two connectors "
+            "(each its own topic.prefix)",
+        }
+        raise root.error(
+            "tables",
+            "; ".join(f"{describe(group)}: {fixes[group[0].store]}" for group in shared),
+        )

@@ -144,17 +144,27 @@ class JobProcess(ChildProcess):
         """The next starts run with `options` added (none: the usual arguments)."""
         self.argv = [*self.base_argv, *options]
 
-    def _batches(self, folder: str) -> list[int]:
-        path = self.checkpoint / folder
+    def _queries(self) -> list[Path]:
+        """The checkpoints of the job's streaming queries: one per consumer of the log
+        (job.consumers), each with Spark's offsets/ and commits/ folders."""
+        return sorted(path.parent for path in self.checkpoint.glob("**/offsets"))
+
+    @staticmethod
+    def _batches(query: Path, folder: str) -> list[int]:
+        path = query / folder
         return [int(p.name) for p in path.iterdir() if p.name.isdigit()] if path.exists() else []
 
     def committed_batches(self) -> int:
-        return len(self._batches("commits"))
+        """Batches committed so far, all consumers together (grows when any commits)."""
+        return sum(len(self._batches(query, "commits")) for query in self._queries())
 
     def in_flight(self) -> bool:
-        """A batch is planned (its offsets written) and not yet committed."""
-        planned, committed = self._batches("offsets"), self._batches("commits")
-        return bool(planned) and max(planned) > max(committed, default=-1)
+        """A consumer's batch is planned (its offsets written) and not yet committed."""
+        for query in self._queries():
+            planned, committed = self._batches(query, "offsets"), self._batches(query, "commits")
+            if planned and max(planned) > max(committed, default=-1):
+                return True
+        return False
 
     def wait_in_flight(self, timeout_seconds: float = 120.0) -> bool:
         """Until a batch is being processed; False when none started within the timeout."""

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,11 +82,12 @@ def running_pipeline(
         **connector_overrides,
     }
     harness = SyncHarness(spark, mapping, connections, root)
-    capture = (
-        _worker_capture(connect_url, connections, mapping, overrides)
-        if connect_url
-        else _embedded_capture(connections, root, overrides)
-    )
+    if connect_url:
+        capture = _worker_capture(connect_url, connections, mapping, overrides)
+    else:
+        embedded = EmbeddedCapture(connections, root, overrides)
+        harness.snapshot_again = embedded.snapshot_again
+        capture = embedded.running()
     with capture:
         harness.start()
         try:
@@ -94,18 +96,43 @@ def running_pipeline(
             harness.stop()
 
 
-@contextmanager
-def _embedded_capture(
-    connections: Connections, root: Path, overrides: Mapping[str, str]
-) -> Iterator[None]:
-    settings = {**overrides, "slot.drop.on.stop": "true"}
-    capture = CaptureEngine.from_file(CONNECTOR, connections, root / "capture", settings)
-    capture.start()
-    try:
-        capture.wait_ready(timeout_seconds=120)
-        yield
-    finally:
-        capture.stop()
+class EmbeddedCapture:
+    """The embedded engine of one pipeline; its slot is dropped whenever it stops."""
+
+    def __init__(self, connections: Connections, root: Path, overrides: Mapping[str, str]) -> None:
+        self.connections = connections
+        self.state_dir = root / "capture"  # its offset file
+        self.settings = {**overrides, "slot.drop.on.stop": "true"}
+        self.engine: CaptureEngine | None = None
+
+    @contextmanager
+    def running(self) -> Iterator[None]:
+        self._start()
+        try:
+            yield
+        finally:
+            if self.engine is not None:
+                self.engine.stop()
+
+    def snapshot_again(self, while_down: Callable[[], None]) -> None:
+        """Capture restarted without its offsets (and on a new slot): a new initial snapshot
+        on the same topics. What `while_down` changed was never published."""
+        assert self.engine is not None
+        self.engine.stop()
+        self.engine = None
+        while_down()
+        shutil.rmtree(self.state_dir)
+        self._start()
+
+    def _start(self) -> None:
+        engine = CaptureEngine.from_file(CONNECTOR, self.connections, self.state_dir, self.settings)
+        engine.start()
+        try:
+            engine.wait_ready(timeout_seconds=120)
+        except BaseException:
+            engine.stop()
+            raise
+        self.engine = engine
 
 
 @contextmanager

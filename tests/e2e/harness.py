@@ -9,17 +9,17 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import psycopg
 from pyspark.sql import SparkSession
-from pyspark.sql.streaming import StreamingQuery
 
 from cdc_sync.core.model import TableId
 from cdc_sync.core.settings import Connections
-from cdc_sync.job.metrics_export import ConnectorStatus
-from cdc_sync.job.runner import JobOptions, SyncJob
+from cdc_sync.job.observe.metrics_export import ConnectorStatus
+from cdc_sync.job.runner import JobOptions, QueryGroup, SyncJob
 from cdc_sync.mapping import MappingFile, load_mapping
 from cdc_sync.sinks.search import readback as search_readback
 from cdc_sync.sinks.search.backends import open_backend
@@ -44,7 +44,10 @@ class SyncHarness:
         self.connections = connections
         self.root = root
         self.job: SyncJob | None = None
-        self.query: StreamingQuery | None = None
+        self.query: QueryGroup | None = None
+        # Capture by the embedded engine (tests/e2e/conftest.py): restart it without its
+        # offsets, a new initial snapshot, running the callable while it is down.
+        self.snapshot_again: Callable[[Callable[[], None]], None] | None = None
 
     def options(self, checkpoint: str) -> JobOptions:
         return JobOptions(
@@ -80,9 +83,11 @@ class SyncHarness:
             self.job.close()
             self.job = None
 
-    def drain_fresh(self, checkpoint: str) -> None:
-        """A new job with a fresh checkpoint: replays every topic from offset 0, then stops."""
-        job = SyncJob(self.spark, self.mapping, self.connections, self.options(checkpoint))
+    def drain_fresh(self, checkpoint: str, **options: Any) -> None:
+        """A new job with a fresh checkpoint: replays every topic from offset 0, then stops.
+        `options`: JobOptions fields to change (e.g. max_offsets_per_trigger)."""
+        job_options = dataclasses.replace(self.options(checkpoint), **options)
+        job = SyncJob(self.spark, self.mapping, self.connections, job_options)
         try:
             job.drain(timeout_seconds=300)
         finally:

@@ -56,8 +56,13 @@ def clean_sinks(mapping: MappingFile, connections: Connections) -> None:
     search_url = connections.require("search_url")
     aliases = [route.search.index for route in mapping.tables.values() if route.search]
     aliases += [spec.index for spec in mapping.documents.values()]
-    for alias in aliases:
-        for name in (alias, f"{alias}_v1"):
-            request = urllib.request.Request(f"{search_url}/{name}", method="DELETE")
-            with contextlib.suppress(urllib.error.HTTPError):  # absent: nothing to clean
-                urllib.request.urlopen(request, timeout=30).close()
+    search = open_backend(connections.search_client, search_url)
+    try:
+        # Every index behind an alias (a rebuild or a replay's build made `<alias>_v2`, ...).
+        behind = [name for a in aliases if search.alias_exists(a) for name in search.mappings(a)]
+    finally:
+        search.close()
+    for name in [*behind, *aliases, *(f"{alias}_v1" for alias in aliases)]:
+        request = urllib.request.Request(f"{search_url}/{name}", method="DELETE")
+        with contextlib.suppress(urllib.error.HTTPError):  # absent: nothing to clean
+            urllib.request.urlopen(request, timeout=30).close()

@@ -4,19 +4,31 @@ search server, for every kind of change to every table of the document. After ea
 `verify` has Postgres compute every document (SQL from the spec) and compares it with the index
 (`wait_converged`); the document index is also read directly where a step's effect is the
 point. A fan-out to 300 orders is served without one query to the orders or customers tables,
-and a replay of every topic on a fresh checkpoint leaves the index exactly as it was."""
+and a replay of every topic on a fresh checkpoint leaves the index exactly as it was, while
+readers of the alias never see an older or deleted document. A changed or added filter rebuilds
+the index with its own roots; a lost state beside a kept checkpoint starts that index over
+behind its alias."""
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import threading
 import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import opensearchpy
 import psycopg
 import pytest
 
 from cdc_sync.demo.workload import create_demo_schema
+from cdc_sync.documents.checkpoint import state_fits_checkpoint
+from cdc_sync.documents.state import remove_state
+from cdc_sync.documents.sync import STATE_FILE
+from cdc_sync.job.consumers import DOCUMENTS_PREFIX, consumer_checkpoint
+from cdc_sync.mapping import MappingFile
 from tests.e2e.conftest import Services, running_pipeline
 from tests.e2e.harness import SyncHarness, e2e_mapping
 from tests.pg import private_database
@@ -25,6 +37,7 @@ pytestmark = pytest.mark.e2e
 REDIS_DB = 13  # conftest: shop 3, types 4, schema evolution 5-7, adversarial 8, others 9-12
 DOCUMENT = "shop_order_documents"
 FANOUT = 300
+REPLAYED = 200  # orders whose history the replay test reads back
 
 
 @pytest.fixture(scope="module")
@@ -157,15 +170,113 @@ def test_a_customer_update_fans_out_to_its_orders_without_querying_postgres(
     pipeline.wait_converged()
 
 
-def test_a_replay_on_a_fresh_checkpoint_leaves_the_documents_as_they_are(
+def with_filter(mapping: MappingFile, sql: str | None) -> MappingFile:
+    spec = dataclasses.replace(mapping.documents[DOCUMENT], filter=sql)
+    return dataclasses.replace(mapping, documents={**mapping.documents, DOCUMENT: spec})
+
+
+def test_a_changed_or_added_filter_rebuilds_the_index_with_its_own_roots(
     pipeline: SyncHarness,
 ) -> None:
-    """Versions may differ (a document's is the highest change version applied when it was last
-    rendered, which depends on where batches fell); the documents may not."""
+    """A restart with another filter rebuilds the index behind its alias; verify (run by
+    `wait_converged`) evaluates the new filter in Postgres and compares every document."""
+    statuses = ["new", "paid", "cancelled"] * 3
+    orders = [
+        f"INSERT INTO shop.orders (id, customer_id, status) VALUES ({9600 + n}, 9600, '{status}')"
+        for n, status in enumerate(statuses)
+    ]
+    pipeline.run_sql([CUSTOMER.format(9600), *orders])
+    pipeline.wait_converged()
+    original = pipeline.mapping
+    kept = original.documents[DOCUMENT].filter
+
+    def restart_with(sql: str | None) -> None:
+        pipeline.stop()
+        pipeline.mapping = with_filter(original, sql)
+        pipeline.start()
+        pipeline.wait_converged()
+
+    try:
+        restart_with(None)  # removed: every order
+        restart_with("status = 'paid'")  # added to an unfiltered document
+        held = documents(pipeline)
+        assert held and {doc["status"] for doc in held.values()} == {"paid"}
+    finally:
+        restart_with(kept)  # changed back
+    assert {doc["status"] for doc in documents(pipeline).values()} != {"paid"}
+
+
+def test_a_lost_state_beside_a_kept_checkpoint_starts_the_documents_over(
+    pipeline: SyncHarness,
+) -> None:
+    """The documents' state lost while Spark's checkpoint is kept: the job detects it before it
+    starts (a real checkpoint here), renders nothing from the empty state, and starts that
+    document index over on a new checkpoint: readers keep the documents until the replay
+    behind the alias has caught up, then see the same documents."""
     pipeline.wait_converged()
     before = documents(pipeline)
     pipeline.stop()
-    pipeline.drain_fresh("replay-documents")
+    # The document index's own consumer of the log: its checkpoint, its state beside it.
+    root = pipeline.options("main").checkpoint_dir
+    checkpoint = consumer_checkpoint(root, f"{DOCUMENTS_PREFIX}{DOCUMENT}")
+    state = checkpoint / STATE_FILE
+    assert state_fits_checkpoint(checkpoint, state) is None  # the state the job wrote
+    remove_state(state)
+    reason = state_fits_checkpoint(checkpoint, state)
+    assert reason is not None and "committed batches up to" in reason
+    pipeline.start()
+    assert documents(pipeline) == before  # the replay builds behind the alias
+    pipeline.wait_converged()
+    assert documents(pipeline) == before
+    assert state_fits_checkpoint(checkpoint, state) is None
+
+
+def test_a_replay_on_a_fresh_checkpoint_never_shows_an_older_or_deleted_document(
+    pipeline: SyncHarness,
+) -> None:
+    """A fresh checkpoint replays every topic into a new state, in batches of 100 records: the
+    alias, read throughout, always shows the documents as they were (the replay builds a new
+    index behind it and moves the alias once it has caught up), and at the end the same ones.
+    Versions may differ (a document's is the highest change version applied when it was last
+    rendered, which depends on where batches fell); the documents may not."""
+    # A history a replay passes through: orders that come before their lines, change after
+    # them, and go (with their lines).
+    ids = range(9700, 9700 + REPLAYED)
+    created = [CUSTOMER.format(9700), PRODUCT.format(9700, "1.00")]
+    pipeline.run_sql(["BEGIN", *created, *[ORDER.format(n, 9700) for n in ids], "COMMIT"])
+    pipeline.run_sql(["BEGIN", *[LINE.format(n, 1, 9700, 2) for n in ids], "COMMIT"])
+    pipeline.run_sql(["UPDATE shop.orders SET status = 'paid' WHERE id >= 9700"])
+    pipeline.run_sql(["DELETE FROM shop.orders WHERE id >= 9700 AND id % 4 = 0"])
+    pipeline.wait_converged()
+    before = documents(pipeline)
+    pipeline.stop()
+    samples: list[dict[str, dict[str, Any]]] = []
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            # A read may meet the old index's deletion after the alias moved: read again.
+            with contextlib.suppress(opensearchpy.NotFoundError):
+                samples.append(documents(pipeline))
+            time.sleep(0.2)
+
+    reader = threading.Thread(target=sample, name="alias-reader")
+    reader.start()
+    try:
+        pipeline.drain_fresh("replay-documents", max_offsets_per_trigger=100)
+    finally:
+        done.set()
+        reader.join()
+    assert len(samples) >= 5, "the replay ended before the alias was read during it"
+    changed = [
+        sorted(ident for ident in {*sample, *before} if sample.get(ident) != before.get(ident))
+        for sample in samples
+    ]
+    wrong = [ids for ids in changed if ids]
+    assert not wrong, (
+        f"{len(wrong)} of {len(samples)} reads of the alias during the replay showed documents "
+        f"other than before it, e.g. {len(wrong[0])} documents: {wrong[0][:10]}"
+    )
     pipeline.start()
     pipeline.wait_converged()
     assert documents(pipeline) == before

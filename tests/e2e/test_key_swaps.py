@@ -28,7 +28,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from cdc_sync.core.kafka_clients import consumer_config
 from cdc_sync.debezium.connector import load_connector
-from cdc_sync.job.applier import BatchMetrics
+from cdc_sync.job.settle.applier import BatchMetrics
 from cdc_sync.mapping import MappingFile, load_mapping
 from tests.e2e.conftest import CONNECTOR, Services, running_pipeline
 from tests.e2e.harness import SyncHarness
@@ -244,7 +244,7 @@ def applied_through(run: SyncHarness, where: tuple[str, int], offset: int) -> li
     while True:
         run.raise_if_failed()
         assert run.job is not None
-        history = list(run.job.applier.history)
+        history = list(run.job.consumer("search").applier.history)
         if any(batch.offsets.get(where, -1) >= offset for batch in history):
             return history
         assert time.monotonic() < deadline, f"the job did not apply offset {offset}"

@@ -48,7 +48,7 @@ def pipeline(services: Services, tmp_path_factory: pytest.TempPathFactory) -> It
 def wait_first_batch(pipeline: SyncHarness, timeout_seconds: float = 120.0) -> None:
     assert pipeline.job is not None
     deadline = time.monotonic() + timeout_seconds
-    while not pipeline.job.applier.history:
+    while not pipeline.job.consumer("search").applier.history:
         assert time.monotonic() < deadline, "the restarted job ran no batch"
         time.sleep(0.1)
 
@@ -105,7 +105,7 @@ def test_four_partitions_keep_per_key_order_and_fencing(pipeline: SyncHarness, p
 
     pipeline.wait_converged()
     assert pipeline.job is not None
-    history = pipeline.job.applier.history
+    history = pipeline.job.consumer("search").applier.history
     spread = {partition for batch in history for (t, partition) in batch.offsets if t == topic}
     assert len(spread) > 1, f"every record landed on partitions {spread}: nothing was parallel"
     assert any(len({p for (t, p) in batch.offsets if t == topic}) > 1 for batch in history)

@@ -24,7 +24,7 @@ from cdc_sync.debezium.connector import pg_env_from_url
 from cdc_sync.debezium.database import SourceMismatch
 from cdc_sync.demo.workload import create_demo_schema
 from cdc_sync.job.runner import SyncJob
-from tests.e2e.conftest import Services, _embedded_capture
+from tests.e2e.conftest import EmbeddedCapture, Services
 from tests.e2e.harness import SyncHarness, e2e_mapping
 from tests.e2e.sinks_state import clean_sinks
 from tests.pg import private_database
@@ -89,7 +89,7 @@ def test_the_job_refuses_a_url_on_another_database_and_fills_toast_from_the_capt
         dataclasses.replace(capture, pg_url=None, environment=parts),
         tmp_path,
     )
-    with _embedded_capture(capture, tmp_path, overrides):
+    with EmbeddedCapture(capture, tmp_path, overrides).running():
         job.start()
         try:
             right = insert_product(captured, "from the captured database")

@@ -92,7 +92,7 @@ def test_malformed_record_is_dead_lettered_and_the_job_goes_on(pipeline: SyncHar
     assert int(headers["cdc_sync.offset"]) >= 0
     # Counts reconcile: every record read became a change, a tombstone or a dead letter.
     assert pipeline.job is not None
-    history = pipeline.job.applier.history
+    history = pipeline.job.consumer("search").applier.history
     assert history and all(batch.reconciles() for batch in history)
     assert sum(b.malformed for b in history) == sum(b.dead_lettered for b in history) >= 1
 

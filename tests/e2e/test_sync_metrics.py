@@ -105,19 +105,23 @@ def test_metrics_count_what_was_written(
             assert get(after, name, **labels) == get(before, name, **labels), (sink, outcome)
         assert get(after, "cdc_sync_sink_state", sink=sink, state="ok") == 1
     changes = "cdc_sync_table_changes_total"
-    assert get(after, changes, table=CUSTOMERS) - get(before, changes, table=CUSTOMERS) == 8
-    assert get(after, "cdc_sync_dead_lettered_records_total") == get(
-        before, "cdc_sync_dead_lettered_records_total"
-    )
-    assert 0 <= get(after, "cdc_sync_lag_seconds", table=CUSTOMERS) < 300
-    assert get(after, "cdc_sync_applied_version", table=CUSTOMERS) > 0
-    assert get(after, "cdc_sync_batch_stage_seconds_count", stage="decode") > 0
+    # Each consumer of the log (one per sink, job.consumers) reports its own progress.
+    for consumer in ("search", "redis", "delta"):
+        mine = {"consumer": consumer, "table": CUSTOMERS}
+        assert get(after, changes, **mine) - get(before, changes, **mine) == 8, consumer
+        assert get(after, "cdc_sync_dead_lettered_records_total", consumer=consumer) == get(
+            before, "cdc_sync_dead_lettered_records_total", consumer=consumer
+        )
+        assert 0 <= get(after, "cdc_sync_lag_seconds", **mine) < 300
+        assert get(after, "cdc_sync_applied_version", **mine) > 0
+        assert get(after, "cdc_sync_batch_stage_seconds_count", consumer=consumer, stage="decode")
 
     topic = f"{metered.mapping.topic_prefix}.{CUSTOMERS}"
     prefix = metered.mapping.topic_prefix
 
     def caught_up(samples: Samples) -> bool:
-        lag = ("cdc_sync_lag_records", frozenset({("topic", topic), ("partition", "0")}))
+        where = {("consumer", "search"), ("topic", topic), ("partition", "0")}
+        lag = ("cdc_sync_lag_records", frozenset(where))
         slot = ("cdc_sync_slot_retained_wal_bytes", frozenset({("slot", f"{prefix}_slot")}))
         return samples.get(lag) == 0 and slot in samples
 

@@ -191,3 +191,74 @@ def test_deferrable_key_forms_need_replica_identity_full(
         assert check.severity == "error"
         assert check.setting == "REPLICA IDENTITY of t.pairs"
         assert 'ALTER TABLE "t"."pairs" REPLICA IDENTITY FULL' in check.message
+
+
+PARTITIONED = (
+    "CREATE TABLE t.events (id bigint, at date, PRIMARY KEY (id, at)) PARTITION BY RANGE (at)",
+    "CREATE TABLE t.events_2026 PARTITION OF t.events "
+    "FOR VALUES FROM ('2026-01-01') TO ('2027-01-01')",
+)
+WITH_EVENTS = "t.items,t.events,t.cdc_sync_signal,t.cdc_sync_heartbeat"
+
+
+def _run(schema_t: psycopg.Connection[Any], folder: Path, **settings: str) -> list[Check]:
+    connector, config = _connector(folder, schema_t, **settings)
+    return run_checks(connector, config, schema_t)
+
+
+def test_a_partitioned_table_needs_a_publication_through_its_root(
+    schema_t: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    # Before: not checked; Debezium's own publication streams nothing of the partitions
+    # (observed: tests/integration/test_debezium_partitions.py).
+    for statement in PARTITIONED:
+        schema_t.execute(statement.encode())
+    checks = _run(schema_t, tmp_path, **{"table.include.list": WITH_EVENTS})
+    [autocreated] = _errors(checks, "publication.autocreate.mode")
+    assert "publish_via_partition_root" in autocreated.message and "t.events" in autocreated.message
+    [no_trigger] = [c for c in checks if c.setting == "partitions of t.events"]
+    assert no_trigger.severity == "warning" and "cdc_sync_mine_partitions" in no_trigger.message
+
+    schema_t.execute("CREATE PUBLICATION mine_pub FOR TABLE t.items, t.events")
+    checks = _run(schema_t, tmp_path, **{"table.include.list": WITH_EVENTS})
+    [not_via_root] = _errors(checks, "publication.name")
+    assert "ALTER PUBLICATION mine_pub SET (publish_via_partition_root = true)" in (
+        not_via_root.message
+    )
+    schema_t.execute("ALTER PUBLICATION mine_pub SET (publish_via_partition_root = true)")
+    assert not _errors(_run(schema_t, tmp_path, **{"table.include.list": WITH_EVENTS}),
+                       "publication.name")  # fmt: skip
+
+
+def test_a_partition_listed_beside_its_root_is_refused(
+    schema_t: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    for statement in PARTITIONED:
+        schema_t.execute(statement.encode())
+    checks = _run(schema_t, tmp_path, **{"table.include.list": r"t\.events.*,t\.items"})
+    [listed] = _errors(checks, "table.include.list")
+    assert "t.events_2026 is a partition of t.events, which is captured too" in listed.message
+
+
+def test_an_identity_index_without_the_key_is_refused(
+    schema_t: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    # Before: accepted; a delete would carry only the index's columns, not the key.
+    schema_t.execute("CREATE UNIQUE INDEX items_body ON t.items (body)")
+    schema_t.execute("ALTER TABLE t.items ALTER COLUMN body SET NOT NULL")
+    schema_t.execute("ALTER TABLE t.items REPLICA IDENTITY USING INDEX items_body")
+    [error] = _errors(_run(schema_t, tmp_path), "REPLICA IDENTITY of t.items")
+    assert "does not hold the primary key (id)" in error.message
+
+
+def test_generated_columns_are_named_with_how_they_reach_the_sinks(
+    schema_t: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    # Before: `connectors validate` said nothing about them.
+    schema_t.execute(
+        "ALTER TABLE t.items ADD COLUMN size int GENERATED ALWAYS AS (length(body)) STORED"
+    )
+    [note] = [c for c in _run(schema_t, tmp_path) if c.setting == "t.items"]
+    assert note.severity == "note"
+    assert note.message.startswith("stored generated columns size: not published by Postgres")
+    assert "reads them back from Postgres by key" in note.message

@@ -2,8 +2,9 @@
 written to Postgres, read back through real Debezium (the embedded engine, the shipped connector's
 converter modes) and decoded by the project's decoder, equal what Postgres holds, compared as
 verify compares them (`verify.compare.canonical` over Postgres read with verify's loaders), in
-the decoded form, the JSON documents' form (search, cache) and the Arrow form (Delta); and the
-read-back that fills unchanged-TOAST columns (`schema.source_rows`) gives the decoded value.
+the decoded form, the JSON documents' form (search, cache), that form read back (the documents'
+state) and the Arrow form (Delta); and the read-back that fills unchanged-TOAST columns
+(`schema.source_rows`) gives the decoded value.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from cdc_sync.schema.arrow import arrow_type, arrow_value, python_value
 from cdc_sync.schema.catalog import ConverterModes
 from cdc_sync.schema.interval import interval_micros
 from cdc_sync.schema.source_rows import read_columns
-from cdc_sync.schema.values import to_json_value
+from cdc_sync.schema.values import from_json_value, to_json_value
 from cdc_sync.verify.compare import canonical, register_loaders, source_rows
 from tests.debezium_capture import CONNECTOR, TopicReader, captured
 from tests.fixtures.services import KafkaEndpoint
@@ -275,6 +276,8 @@ def test_every_valid_value_decodes_to_what_postgres_holds(
         forms = {
             "decoded": canonical(decoded),
             "json": canonical(to_json_value(column.type, decoded)),
+            # The documents' state keeps the JSON form and reads it back for SQL (a filter).
+            "state": canonical(from_json_value(column.type, to_json_value(column.type, decoded))),
             "arrow": canonical(arrow_form(column.type, decoded)),
         }
         wrong.update(
@@ -285,7 +288,7 @@ def test_every_valid_value_decodes_to_what_postgres_holds(
             }
         )
     assert not wrong
-    # The fill (job.unavailable) reads every column as the decoder gives it.
+    # The fill (job.write.unavailable) reads every column as the decoder gives it.
     with psycopg.connect(capture.url) as conn:
         read = read_columns(
             conn,

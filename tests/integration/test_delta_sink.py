@@ -1,8 +1,10 @@
 """Delta sink on real Delta files, through deltalake and (when its jars are present) delta-spark."""
 
+import dataclasses
 import os
 import shutil
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +16,7 @@ from pyspark.sql import SparkSession
 from cdc_sync.core.model import Change, Coordinates, TableId, Truncate
 from cdc_sync.job.spark_session import PACKAGES_VAR, build_spark
 from cdc_sync.mapping import DeltaRoute, Policies, TableRoute
+from cdc_sync.shape.spec import OnDelete, SinkShape
 from cdc_sync.sinks.delta import DeltaSink
 from cdc_sync.sinks.delta.handles import TableHandles
 from cdc_sync.sinks.delta.spark_client import DeltaSparkWriter, delta_spark_available
@@ -259,3 +262,36 @@ def test_truncate_of_a_table_not_created_yet_removes_nothing(
     sink = make_sink(writer_kind, tmp_path, request)
     truncate = Truncate(ROUTE.table, 50, Coordinates("cdc.shop.products", 0, 9), 55)
     assert sink.truncate(ROUTE, truncate) == 0
+
+
+def test_soft_deletes_mark_held_rows_only_and_a_snapshot_end_marks_older_ones(
+    writer_kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """`on_delete: soft`, through either writer: the MERGE updates a held row with the mark
+    and inserts none (its tombstone still fences); a snapshot's end marks the rows older than
+    it that are not marked yet (`mark_older`), where a TRUNCATE deletes them."""
+    shape = SinkShape("delta", "m.yaml: tables.shop.products.delta", on_delete=OnDelete.SOFT)
+    soft = dataclasses.replace(ROUTE, shapes={"delta": shape})
+    sink = make_sink(writer_kind, tmp_path, request)
+    first = change("c", 10, 1, product(1))
+    assert first.schema is not None
+    sink.ensure_target(soft, soft.sink_schema("delta", first.schema))
+
+    def write(*changes: Change) -> None:
+        shaped = soft.sink_changes(first.schema, list(changes))["delta"]
+        assert not sink.apply(soft, shaped).failures
+
+    write(first, change("c", 10, 2, product(2)))
+    write(change("d", 20, 1), change("d", 20, 3))  # 3: never held
+    stored = rows(tmp_path)
+    assert sorted(stored) == [1, 2]
+    assert stored[1]["_cdc_is_deleted"] is True and stored[1]["name"] == "Keyboard"
+    write(change("c", 15, 3, product(3)))  # older than 3's delete: fenced by its tombstone
+    assert sorted(rows(tmp_path)) == [1, 2]
+    end = Truncate(ROUTE.table, 50, Coordinates("cdc.shop.products", 0, 9), None, 1_800_000_000_000)
+    assert sink.truncate(soft, dataclasses.replace(end, snapshot_end=True)) == 1
+    stored = rows(tmp_path)
+    assert stored[2]["_cdc_is_deleted"] is True and stored[2]["_cdc_version"] == 49
+    assert stored[2]["_cdc_deleted_at"] == datetime(2027, 1, 15, 8, tzinfo=UTC)
+    assert stored[1]["_cdc_version"] == 20  # marked before: kept as it was
+    assert sink.truncate(soft, end) == 2 and rows(tmp_path) == {}  # a TRUNCATE removes

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from cdc_sync.core.errors import ConfigError
-from cdc_sync.job.fold import fold_key
+from cdc_sync.job.decode.fold import fold_key
 from cdc_sync.mapping import DeltaRoute, TableRoute
 from cdc_sync.sinks.delta import readback as delta_readback
 from cdc_sync.verify.compare import source_keys

@@ -23,7 +23,8 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from cdc_sync.core.kafka_clients import admin_config, producer_config
 from cdc_sync.job.batch_phases import SmallBatches
-from cdc_sync.job.runner import JobOptions, job_stream
+from cdc_sync.job.consumer_job import job_stream
+from cdc_sync.job.runner import JobOptions
 from cdc_sync.source import kafka_stream, python_stream, stream_options
 from cdc_sync.source.builtin import builtin_kafka_available
 from cdc_sync.source.offsets import PartitionRange

@@ -14,7 +14,7 @@ from cdc_sync.core.model import TableId
 from cdc_sync.debezium.connector import load_connector
 from cdc_sync.debezium.database import SourceDatabase
 from cdc_sync.demo.workload import create_demo_schema
-from cdc_sync.job.shape_check import check_shapes
+from cdc_sync.job.settle.shape_check import check_shapes
 from cdc_sync.mapping import load_mapping
 from cdc_sync.schema.catalog import ConverterModes
 from cdc_sync.verify.mapping_check import validate_mapping

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cdc_sync.core.model import Change, Coordinates, Op, TableId
-from cdc_sync.job.fold import fold, order_key
+from cdc_sync.job.decode.fold import fold, order_key
 
 pytestmark = pytest.mark.unit
 TABLE = TableId("shop", "products")
@@ -101,3 +101,40 @@ def test_compaction_equals_applying_every_change_in_version_order(
     for c in sorted(changes, key=lambda c: (c.version, c.coordinates.offset)):
         state[c.doc_id] = (c.version, c.is_delete)
     assert {c.doc_id: (c.version, c.is_delete) for c in compact(changes)} == state
+
+
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["whole", "toast", "delete"]), st.integers(0, 3)),
+        min_size=1,
+        max_size=12,
+    )
+)
+def test_a_folded_delete_carries_the_row_it_removes_when_the_batch_held_it_whole(
+    events: list[tuple[str, int]],
+) -> None:
+    """`Change.deleted_row` (what a soft-delete sink's filter reads): the row the key held
+    just before its delete, when the batch's changes tell it whole; None when they do not
+    (the delete opens the batch, or a TOAST column of the row stayed unknown)."""
+    changes = []
+    state: tuple[str, dict[str, Any] | None] = ("unknown", None)
+    for offset, (kind, value) in enumerate(events):
+        version = offset + 1
+        if kind == "delete":
+            changes.append(change(1, version, offset, Op.DELETE))
+            state = ("deleted", state[1] if state[0] in ("row", "deleted") else None)
+        elif kind == "whole":
+            row = {"id": 1, "v": value, "t": f"t{value}"}
+            changes.append(change(1, version, offset, row=row))
+            state = ("row", row)
+        else:
+            known = state[1] if state[0] == "row" else None
+            changes.append(
+                change(1, version, offset, row={"id": 1, "v": value}, unavailable=frozenset("t"))
+            )
+            state = ("row", {"id": 1, "v": value, "t": known["t"]}) if known else ("part", None)
+    (result,) = compact(changes)
+    if state[0] == "deleted":
+        assert result.is_delete and result.deleted_row == state[1]
+    else:
+        assert not result.is_delete and result.deleted_row is None

@@ -20,10 +20,10 @@ from cdc_sync.core.model import TableId
 from cdc_sync.core.settings import Connections
 from cdc_sync.debezium.connector import PLACEHOLDER, load_connector, source_conninfo
 from cdc_sync.debezium.slots import Slot
-from cdc_sync.job.applier import BatchMetrics, TableProgress
-from cdc_sync.job.capture_probes import CaptureReadings, ConnectorState
-from cdc_sync.job.health import SinkHealth
-from cdc_sync.job.metrics import JobMetrics
+from cdc_sync.job.observe.capture_probes import CaptureReadings, ConnectorState
+from cdc_sync.job.observe.metrics import JobMetrics
+from cdc_sync.job.settle.applier import BatchMetrics, TableProgress
+from cdc_sync.job.write.health import SinkHealth
 from cdc_sync.mapping import load_mapping
 from cdc_sync.sinks.base import WriteResult
 
@@ -227,7 +227,7 @@ def _exported_metric_names() -> set[str]:
     )
     batch.tables[table] = TableProgress(1, 10, 1_700_000_000_000)
     batch.table_sinks[(table, "search")] = WriteResult(applied=1)
-    metrics.observe(batch)
+    metrics.observe(batch, "search")
     return {s.name for family in metrics.registry.collect() for s in family.samples}
 
 

@@ -96,6 +96,7 @@ class MemoryIndex:
         self.indices: dict[str, dict[str, tuple[int, Mapping[str, Any] | None]]] = {}
         self.aliases: dict[str, str] = {}
         self.routes: list[TableRoute] = []
+        self.mappings: dict[str, Mapping[str, Any]] = {}  # each index's mapping at creation
 
     @property
     def docs(self) -> dict[str, dict[str, Any]]:
@@ -113,15 +114,26 @@ class MemoryIndex:
         self.routes.append(route)
         if route.search.index not in self.aliases:
             self.aliases[route.search.index] = f"{route.search.index}_v1"
-            self.indices[f"{route.search.index}_v1"] = {}
+            self._create(f"{route.search.index}_v1", route)
+
+    def _create(self, index: str, route: TableRoute) -> None:
+        assert route.search is not None
+        self.indices[index] = {}
+        self.mappings[index] = route.search.mapping
 
     def holds(self, alias: str) -> bool:
         return alias in self.aliases
 
+    def index_exists(self, index: str) -> bool:
+        return index in self.indices
+
     def next_generation(self, route: TableRoute) -> str:
+        """As the search sink's: the generation behind the alias plus one, made anew."""
         assert route.search is not None
-        index = f"{route.search.index}_v{len(self.indices) + 1}"
-        self.indices[index] = {}
+        alias = route.search.index
+        held = self.aliases.get(alias, f"{alias}_v0")
+        index = f"{alias}_v{int(held.rsplit('_v', 1)[1]) + 1}"
+        self._create(index, route)
         return index
 
     def highest_version(self, alias: str) -> int:

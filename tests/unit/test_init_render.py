@@ -13,8 +13,8 @@ from cdc_sync.connectors.init.render import (
     connector_config,
     connector_json,
     mapping_yaml,
-    setup_sql,
 )
+from cdc_sync.connectors.init.setup import setup_sql
 from cdc_sync.connectors.init.survey import Flag, Survey, TableFacts, flags_for
 from cdc_sync.core.model import TableId
 from cdc_sync.core.types import Column, ColumnType, RowSchema, TypeKind
@@ -83,7 +83,7 @@ def test_the_connector_is_its_own_and_loads(tmp_path: Path) -> None:
     assert config["skipped.operations"] == "none"
     assert config["signal.data.collection"] == "Sales.cdc_sync_signal"
     assert config["table.include.list"] == (
-        r"Sales\.order\ lines,crm\.users,Sales\.cdc_sync_signal,Sales\.cdc_sync_heartbeat"
+        r"Sales\.order\x20lines,crm\.users,Sales\.cdc_sync_signal,Sales\.cdc_sync_heartbeat"
     )
     assert config["schema.include.list"] == "Sales,crm"
     assert 'INSERT INTO "Sales"."cdc_sync_heartbeat"' in config["heartbeat.action.query"]
@@ -144,14 +144,104 @@ def test_the_files_are_deterministic() -> None:
         ({"deferrable_key": True}, "REPLICA IDENTITY FULL"),
         ({"unlogged": True}, "SET LOGGED"),
         ({"schema": None, "conversion_error": "t.x.p: Postgres type 'point'"}, "column's type"),
+        # Before: not flagged (a delete would carry only the index's columns, not the key).
+        ({"identity": "i", "identity_index": ("line_no",)}, "does not hold the primary key (id)"),
+        (
+            {"leaves": (_facts(TableId("app", "p1"), unlogged=True),)},
+            "partition app.p1 is UNLOGGED",
+        ),
     ],
 )
 def test_what_logical_decoding_cannot_capture_is_flagged_with_the_fix(
     changes: dict[str, object], fix: str
 ) -> None:
     [flag] = flags_for(_facts(LINES, **changes))  # type: ignore[arg-type]
-    assert fix in flag.fix
+    assert fix in str(flag)
 
 
 def test_a_deferrable_key_under_replica_identity_full_is_capturable() -> None:
     assert flags_for(_facts(LINES, deferrable_key=True, identity="f")) == []
+
+
+EVENTS = TableId("app", "events")
+
+
+def _schema_plan(
+    *facts: TableFacts, version: int = 150000, others: tuple[TableId, ...] = ()
+) -> Plan:
+    tables = frozenset([*(f.table for f in facts), *others])
+    survey = Survey("app", "app", list(facts), [], server_version=version, database_tables=tables)
+    return Plan("app", survey, ("search", "cache", "delta"), "../connectors/app.json")
+
+
+def test_a_partitioned_table_is_captured_through_its_root(tmp_path: Path) -> None:
+    # Before: left out ("init does not capture partitioned tables; route it by hand").
+    leaf = _facts(TableId("app", "events_2026_01"))
+    events = _facts(EVENTS, ("id", "at"), partitioned=True, leaves=(leaf,))
+    assert flags_for(events) == []
+    plan = _schema_plan(events, others=(leaf.table,))
+    config = connector_config(plan)
+    assert config["table.include.list"].split(",")[0] == r"app\.events"  # the root alone
+    sql = setup_sql(plan)
+    assert 'CREATE PUBLICATION "cdc_sync_app" FOR TABLE "app"."events"' in sql
+    assert "WITH (publish_via_partition_root = true)" in sql
+    assert 'ALTER PUBLICATION "cdc_sync_app" SET (publish_via_partition_root = true)' in sql
+    assert 'CREATE EVENT TRIGGER "cdc_sync_app_partitions" ON ddl_command_end' in sql
+    assert "'type', 'blocking'" in sql and "pg_get_partition_constraintdef" in sql
+    _, mapping_path = _write(tmp_path, plan)
+    assert "# partitioned (1 partitions now)" in mapping_path.read_text()
+    assert set(load_mapping(mapping_path).tables) == {EVENTS}
+
+
+def test_no_event_trigger_without_partitioned_tables() -> None:
+    assert "EVENT TRIGGER" not in setup_sql(_schema_plan(_facts(EVENTS)))
+
+
+@pytest.mark.parametrize(("version", "published"), [(170000, False), (180000, True)])
+def test_generated_columns_are_named_and_published_from_postgres_18(
+    tmp_path: Path, version: int, published: bool
+) -> None:
+    plan = _schema_plan(_facts(EVENTS, generated=("price",)), version=version)
+    assert ("publish_generated_columns = stored" in setup_sql(plan)) is published
+    _, mapping_path = _write(tmp_path, plan)
+    how = "publish_generated_columns = stored" if published else "the job reads them back by key"
+    assert f"# stored generated columns price: {'published (' if published else ''}" in (
+        mapping_path.read_text()
+    )
+    assert how in mapping_path.read_text()
+
+
+def test_tables_differing_by_case_get_distinct_names_and_exact_include_entries(
+    tmp_path: Path,
+) -> None:
+    # Before: both went to index app_app_users (and Delta app/Users, app/users); the mapping
+    # loaded, and the two tables overwrote each other's documents by id.
+    upper, lower = TableId("app", "Users"), TableId("app", "users")
+    plan = _schema_plan(_facts(upper), _facts(lower))
+    assert plan.names.index(lower) == "app_app_users"
+    assert plan.names.index(upper).startswith("app_app_users_t")
+    assert plan.names.delta(lower) == lower and plan.names.delta(upper).table.startswith("Users_t")
+    assert plan.include_list().split(",")[:2] == [r"(?-i:app\.Users)", r"(?-i:app\.users)"]
+    _, mapping_path = _write(tmp_path, plan)
+    mapping = load_mapping(mapping_path)  # loads: mapping load refuses shared names
+    assert {r.search.index for r in mapping.tables.values() if r.search} == {
+        plan.names.index(upper),
+        "app_app_users",
+    }
+    assert plan.names.renamed("app")[0].startswith("app.Users: search index app_app_users_t")
+
+
+def test_names_with_dots_and_quotes_are_quoted_everywhere(tmp_path: Path) -> None:
+    # Before: a dot or a quote in a name made init's SQL (and its own catalog reads) fail.
+    odd = TableId('we"ird', "a.b")
+    plan = _schema_plan(_facts(odd))
+    sql = setup_sql(plan)
+    assert '"we""ird"."a.b"' in sql and 'GRANT USAGE ON SCHEMA "app", "we""ird"' in sql
+    _, mapping_path = _write(tmp_path, plan)
+    mapping = load_mapping(mapping_path)
+    assert set(mapping.tables) == {odd}
+    assert mapping.topics()[-1] == "app.we_ird.a.b"
+
+
+def test_an_index_holding_the_key_is_a_usable_identity() -> None:
+    assert flags_for(_facts(EVENTS, identity="i", identity_index=("id", "email"))) == []

@@ -14,16 +14,16 @@ from cdc_sync.cli import build_parser, connector_status, job_options
 from cdc_sync.core.model import Change, TableId, Truncate
 from cdc_sync.core.settings import Connections
 from cdc_sync.debezium.slots import Slot
-from cdc_sync.job.applier import BatchApplier, BatchMetrics, TableProgress
-from cdc_sync.job.capture_probes import (
+from cdc_sync.job.observe.capture_probes import (
     CaptureProbes,
     CaptureReadings,
     ConnectorState,
     connector_state,
 )
-from cdc_sync.job.health import SinkHealth
-from cdc_sync.job.metrics import JobMetrics
+from cdc_sync.job.observe.metrics import JobMetrics
 from cdc_sync.job.runner import JobOptions
+from cdc_sync.job.settle.applier import BatchApplier, BatchMetrics, TableProgress
+from cdc_sync.job.write.health import SinkHealth
 from cdc_sync.mapping import OnMalformed, Policies, TableRoute, load_mapping
 from cdc_sync.schema import RowSchema
 from cdc_sync.sinks.base import RecordFailure, WriteResult
@@ -119,26 +119,27 @@ def test_a_batch_counts_applied_fenced_and_failed_per_table_and_sink() -> None:
     cache = ScriptedSink("cache")
     applier, route = applier_with([search, cache])
     metrics = JobMetrics()
-    applier.observers.append(metrics.observe)
+    applier.observers.append(metrics.observer("job"))
     apply(applier, rows(route, range(1, 6), 100, 1_700_000_000_000), {("cdc.shop.products", 0): 9})
 
     assert value(metrics, "cdc_sync_sink_applied_total", table=PRODUCTS, sink="search") == 3
     assert value(metrics, "cdc_sync_sink_fenced_total", table=PRODUCTS, sink="search") == 1
     assert value(metrics, "cdc_sync_sink_failed_total", table=PRODUCTS, sink="search") == 1
     assert value(metrics, "cdc_sync_sink_applied_total", table=PRODUCTS, sink="cache") == 5
-    assert value(metrics, "cdc_sync_table_changes_total", table=PRODUCTS) == 5
-    assert value(metrics, "cdc_sync_dead_lettered_records_total") == 1
-    assert value(metrics, "cdc_sync_records_total") == 5
-    assert value(metrics, "cdc_sync_batches_total") == 1
+    assert value(metrics, "cdc_sync_table_changes_total", consumer="job", table=PRODUCTS) == 5
+    assert value(metrics, "cdc_sync_dead_lettered_records_total", consumer="job") == 1
+    assert value(metrics, "cdc_sync_records_total", consumer="job") == 5
+    assert value(metrics, "cdc_sync_batches_total", consumer="job") == 1
     for stage in ("decode", "fold", "search", "cache", "dead_letter"):
-        assert value(metrics, "cdc_sync_batch_stage_seconds_count", stage=stage) == 1
-    assert value(metrics, "cdc_sync_batch_stage_seconds_sum", stage="decode") == 0.2
+        assert (
+            value(metrics, "cdc_sync_batch_stage_seconds_count", consumer="job", stage=stage) == 1
+        )
+    assert value(metrics, "cdc_sync_batch_stage_seconds_sum", consumer="job", stage="decode") == 0.2
 
     apply(applier, rows(route, range(6, 8), 200, 1_700_000_001_000), {("cdc.shop.products", 0): 11})
     assert value(metrics, "cdc_sync_sink_applied_total", table=PRODUCTS, sink="cache") == 7
-    assert (
-        value(metrics, "cdc_sync_processed_offset", topic="cdc.shop.products", partition="0") == 11
-    )
+    processed = {"topic": "cdc.shop.products", "partition": "0"}
+    assert value(metrics, "cdc_sync_processed_offset", consumer="job", **processed) == 11
 
 
 def test_watermark_and_lag_seconds_are_computed_at_scrape_time_and_never_move_back() -> None:
@@ -147,16 +148,20 @@ def test_watermark_and_lag_seconds_are_computed_at_scrape_time_and_never_move_ba
     table = TableId("shop", "products")
     newer = BatchMetrics(2, tables={table: TableProgress(3, 500, 1_700_000_004_000)})
     older = BatchMetrics(3, tables={table: TableProgress(1, 400, 1_700_000_002_000)})
-    metrics.observe(newer)
-    metrics.observe(older)  # a re-run batch: counted, but the watermark holds
-    assert value(metrics, "cdc_sync_applied_version", table=PRODUCTS) == 500
-    assert value(metrics, "cdc_sync_applied_source_timestamp_seconds", table=PRODUCTS) == (
+    metrics.observe(newer, "search")
+    metrics.observe(older, "search")  # a re-run batch: counted, but the watermark holds
+    # Another consumer of the log, behind: its own watermark and lag (job.consumers).
+    metrics.observe(older, "delta")
+    search = {"consumer": "search", "table": PRODUCTS}
+    assert value(metrics, "cdc_sync_applied_version", **search) == 500
+    assert value(metrics, "cdc_sync_applied_source_timestamp_seconds", **search) == (
         1_700_000_004.0
     )
-    assert value(metrics, "cdc_sync_lag_seconds", table=PRODUCTS) == 6.0
+    assert value(metrics, "cdc_sync_lag_seconds", **search) == 6.0
+    assert value(metrics, "cdc_sync_lag_seconds", consumer="delta", table=PRODUCTS) == 8.0
     now[0] += 30
-    assert value(metrics, "cdc_sync_lag_seconds", table=PRODUCTS) == 36.0
-    assert value(metrics, "cdc_sync_table_changes_total", table=PRODUCTS) == 4
+    assert value(metrics, "cdc_sync_lag_seconds", **search) == 36.0
+    assert value(metrics, "cdc_sync_table_changes_total", **search) == 4
 
 
 def test_lag_in_records_is_the_end_offset_past_the_processed_one() -> None:
@@ -164,12 +169,15 @@ def test_lag_in_records_is_the_end_offset_past_the_processed_one() -> None:
         end_offsets={("t", 0): 120, ("t", 1): 50, ("t", 2): 7}, succeeded={"broker": True}
     )
     metrics = JobMetrics(capture=lambda: readings)
-    metrics.observe(BatchMetrics(1, offsets={("t", 0): 99, ("t", 1): 49}))
-    assert value(metrics, "cdc_sync_lag_records", topic="t", partition="0") == 20
-    assert value(metrics, "cdc_sync_lag_records", topic="t", partition="1") == 0
+    metrics.observe(BatchMetrics(1, offsets={("t", 0): 99, ("t", 1): 49}), "search")
+    metrics.observe(BatchMetrics(1, offsets={("t", 0): 9}), "redis")
+    lag = partial(value, metrics, "cdc_sync_lag_records", topic="t")
+    assert lag(consumer="search", partition="0") == 20
+    assert lag(consumer="search", partition="1") == 0
+    assert lag(consumer="redis", partition="0") == 110  # each consumer its own lag
     # Nothing processed from partition 2 since the job started: its end offset, no guessed lag.
     assert value(metrics, "cdc_sync_end_offset", topic="t", partition="2") == 7
-    assert value(metrics, "cdc_sync_lag_records", topic="t", partition="2") is None
+    assert lag(consumer="search", partition="2") is None
     assert value(metrics, "cdc_sync_probe_success", probe="broker") == 1
 
 
@@ -232,7 +240,7 @@ def test_a_failing_read_drops_its_values_until_it_recovers() -> None:
 def test_the_exposition_carries_no_row_values() -> None:
     applier, route = applier_with([ScriptedSink("search", refused=frozenset({1}))])
     metrics = JobMetrics(SinkHealth(["search"]))
-    applier.observers.append(metrics.observe)
+    applier.observers.append(metrics.observer("job"))
     apply(applier, rows(route, range(1, 3), 100, 1_700_000_000_000), {("cdc.shop.products", 0): 1})
     text = generate_latest(metrics.registry).decode()
     assert "cdc_sync_sink_applied_total" in text

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import base64
+import json
 from datetime import UTC, date, datetime, time
 from decimal import Decimal
 from typing import Any
 
 import pyarrow as pa
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from cdc_sync.schema import (
     UNAVAILABLE_VALUE,
@@ -19,6 +22,7 @@ from cdc_sync.schema import (
     column_type_from_connect,
     convert_row,
     convert_value,
+    from_json_value,
     row_schema_from_connect,
     search_field_mapping,
     to_json_value,
@@ -239,3 +243,56 @@ def test_float32_read_back_from_arrow_is_the_decimal_postgres_prints() -> None:
 def test_time_24_00_is_read_from_postgres_as_the_decoder_gives_it() -> None:
     assert TimeLoader(0).load(b"24:00:00") == "24:00:00"
     assert TimeLoader(0).load(b"12:00:00.5") == time(12, 0, 0, 500000)
+
+
+def _typed(kind: TypeKind, values: st.SearchStrategy[Any], **spec: Any) -> st.SearchStrategy[Any]:
+    return st.tuples(st.just(ColumnType(kind, True, **spec)), values)
+
+
+JSON_SCALARS = st.none() | st.booleans() | st.integers(-(10**15), 10**15) | st.text(max_size=5)
+DECODED = st.one_of(
+    _typed(TypeKind.BOOLEAN, st.booleans()),
+    _typed(TypeKind.INT64, st.integers(-(2**63), 2**63 - 1)),
+    _typed(TypeKind.FLOAT64, st.floats(allow_nan=False)),
+    _typed(TypeKind.STRING, st.text()),
+    _typed(TypeKind.BYTES, st.binary()),
+    _typed(
+        TypeKind.DECIMAL,
+        st.decimals(places=2, allow_nan=False, allow_infinity=False),
+        precision=12,
+        scale=2,
+    ),
+    _typed(TypeKind.DECIMAL, st.decimals(allow_nan=False, allow_infinity=False)),
+    _typed(TypeKind.DATE, st.dates()),
+    _typed(TypeKind.TIME, st.times().map(time.isoformat)),
+    _typed(TypeKind.TIMESTAMP, st.datetimes()),
+    _typed(TypeKind.TIMESTAMP_TZ, st.datetimes(timezones=st.just(UTC))),
+    _typed(TypeKind.UUID, st.uuids().map(str)),
+    # jsonb's text: keys and values as Postgres prints them (json.dumps' separators)
+    _typed(
+        TypeKind.JSON,
+        st.dictionaries(st.text(max_size=5), JSON_SCALARS).map(
+            lambda d: json.dumps(d, ensure_ascii=False)
+        ),
+    ),
+    _typed(
+        TypeKind.ARRAY,
+        st.lists(st.none() | st.decimals(places=1, allow_nan=False, allow_infinity=False)),
+        element=ColumnType(TypeKind.DECIMAL, True, precision=9, scale=1),
+    ),
+)
+
+
+@given(DECODED)
+def test_a_value_in_a_json_document_reads_back_as_the_decoded_value(
+    typed: tuple[ColumnType, Any],
+) -> None:
+    """The documents' state keeps rows as JSON documents and reads them back for SQL."""
+    column_type, value = typed
+    assert from_json_value(column_type, to_json_value(column_type, value)) == value
+
+
+@pytest.mark.parametrize("text", ["NaN", "Infinity", "-Infinity"])
+def test_a_non_finite_float_in_a_json_document_reads_back(text: str) -> None:
+    read = from_json_value(ColumnType(TypeKind.FLOAT64, True), text)
+    assert str(read) == str(float(text))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -10,10 +11,13 @@ from cdc_sync.sinks.search.actions import bulk_operations, concrete_index, to_ac
 from cdc_sync.sinks.search.client import bulk_chunks, classify_items
 from cdc_sync.sinks.search.target import index_settings, initial_mappings
 from tests.changes import change, products_route
-from tests.envelopes import UNAVAILABLE, product
+from tests.envelopes import UNAVAILABLE, field, product
 
 pytestmark = pytest.mark.unit
 ROUTE = products_route(index="products")
+
+
+MARK_FIELDS = [field("id", "int32", optional=False), field("_deleted", "boolean")]
 
 
 def test_upserts_and_deletes_are_versioned_external_gte_by_lsn() -> None:
@@ -51,6 +55,23 @@ def test_unchanged_toast_fields_are_left_out_then_filled_from_the_stored_doc() -
     assert filled.document is not None
     assert filled.document["description"] == "stored text"
     assert filled.document["name"] == "Keyboard"  # the change's own fields win
+
+
+def test_a_mark_is_written_over_the_stored_document_or_sent_as_the_delete() -> None:
+    """A soft delete (`Change.marks_deleted`) marks only a document the index holds."""
+    marked = replace(
+        change(ROUTE, "u", 60, 1, {"id": 1, "_deleted": True}, fields=MARK_FIELDS),
+        marks_deleted=True,
+    )
+    actions = to_actions(ROUTE, [marked])
+    assert actions is not None
+    (action,) = actions.actions
+    assert action.op == "index" and action.mark and action.version == 60
+    over = action.over_stored({"id": 1, "name": "kept", "_deleted": False})
+    assert (over.op, over.mark) == ("index", False)
+    assert over.document == {"id": 1, "name": "kept", "_deleted": True}
+    gone = action.over_stored(None)
+    assert (gone.op, gone.version, gone.document) == ("delete", 60, None)
 
 
 def test_no_route_or_no_changes_means_no_actions() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+from dataclasses import replace
 from decimal import Decimal
 from pathlib import Path
 
@@ -175,16 +176,44 @@ def test_soft_delete_writes_the_markers_at_the_delete_version_and_keeps_other_fi
     assert search.is_delete  # search deletes (the default)
     (cache,) = per_sink["cache"]
     assert cache.op is Op.UPDATE and cache.version == 20 and cache.row is not None
+    assert cache.marks_deleted  # written over the row the sink holds, or the delete
     assert cache.row["_deleted"] is True and cache.row["_deleted_at"].year == 2023
     assert cache.unavailable_columns == {"email", "full_name"}
     (action,) = cache_actions(route, per_sink["cache"])
-    assert action.op == "upsert" and set(action.unavailable) == {"email", "full_name"}
+    assert action.op == "mark" and set(action.unavailable) == {"email", "full_name"}
     delta = delta_actions(route, per_sink["delta"])
-    assert delta is not None and delta.deleted_ids == []  # a write, not a delete
+    # A write, never an insert; remembered as a delete (it fences when no row is held).
+    assert delta is not None and delta.deleted_ids == [("1", 20)]
     row = delta.source.to_pylist()[0]
     assert row["_cdc_is_deleted"] is True and row["_cdc_deleted"] is False
-    assert row["_cdc_version"] == 20
+    assert row["_cdc_mark"] is True and row["_cdc_version"] == 20
     assert row["_cdc_keep__email"] is True and row["_cdc_keep__first"] is True
+    written = search_actions(route, route.sink_changes(SCHEMA, [upsert(1, 10)])["search"])
+    assert written is not None and not written.actions[0].mark
+
+
+def test_a_soft_delete_of_a_row_the_batch_held_is_shaped_from_that_row(tmp_path: Path) -> None:
+    """The fold keeps the row a delete removes when the batch held it whole
+    (`Change.deleted_row`): it decides the filter and is what the mark carries."""
+    route = load(
+        tmp_path,
+        MAPPING.replace(
+            "    delta:\n      on_delete: soft", "    delta:\n      filter: active"
+        ).replace('      filter: "active"\n', '      filter: "active"\n      on_delete: soft\n'),
+    )
+    matched = replace(delete(1, 20), deleted_row=upsert(1, 10, first="Grace").row)
+    left = replace(delete(2, 20), deleted_row=upsert(2, 10, active=False).row)
+    per_sink = route.sink_changes(SCHEMA, [matched, left])
+    search_mark, search_left = per_sink["search"]
+    assert search_mark.marks_deleted and search_mark.version == 20
+    assert search_mark.row is not None and not search_mark.unavailable_columns
+    assert search_mark.row["full_name"] == "Grace L" and search_mark.row["_deleted"] is True
+    assert search_mark.row["cents"] is None and len(search_mark.row["email"]) == 64  # shaped
+    assert search_left.is_delete and not search_left.marks_deleted  # it had left the filter
+    # The cache (soft, no filter) marks both, as they were; Delta (hard) deletes both.
+    assert [c.marks_deleted for c in per_sink["cache"]] == [True, True]
+    assert per_sink["cache"][0].row is not None and per_sink["cache"][0].row["email"] == "***"
+    assert [c.is_delete for c in per_sink["delta"]] == [True, True]
 
 
 def test_a_reinsert_clears_the_markers_and_a_tombstone_without_version_leaves_the_mark(
@@ -307,3 +336,8 @@ def test_verify_expects_a_marked_row_exactly_where_postgres_lacks_it(tmp_path: P
     # A sink without soft deletes counts every row it holds that Postgres lacks.
     plain = compare_sink(route, "search", expected, actual)
     assert plain.extra == ["3", "4"]
+    # Postgres holds 5, which the sink's filter excludes: its marked row is extra; 6 is a
+    # marked row the sink cannot have marked (`verify.soft_deletes`): extra too.
+    actual |= {"5": {"id": "5", "_deleted": True}, "6": {"id": "6", "_deleted": True}}
+    checked = compare_sink(route, "cache", expected, actual, {"1", "2", "5"}, {"6"})
+    assert (checked.missing, checked.extra, checked.different) == ([], ["4", "5", "6"], ["2"])

@@ -15,13 +15,20 @@ from pathlib import Path
 import pytest
 
 from cdc_sync.core.model import TableId
-from cdc_sync.job.applier import BatchMetrics, TableProgress
-from cdc_sync.job.checkpoint import processed_offsets
-from cdc_sync.job.health import SinkHealth
-from cdc_sync.job.status_file import JobStatus, StatusRecorder, read_status
+from cdc_sync.job.observe.checkpoint import processed_offsets
+from cdc_sync.job.observe.status_file import JobStatus, StatusRecorder, read_status
+from cdc_sync.job.settle.applier import BatchMetrics, TableProgress
+from cdc_sync.job.write.health import SinkHealth
 from cdc_sync.sinks.base import WriteResult
 from cdc_sync.status.gather import StatusFileWatermarks
-from cdc_sync.status.model import CaptureStatus, PartitionStatus, SlotStatus, Snapshot, TaskState
+from cdc_sync.status.model import (
+    CaptureStatus,
+    ConsumerSnapshot,
+    PartitionStatus,
+    SlotStatus,
+    Snapshot,
+    TaskState,
+)
 from cdc_sync.status.process import job_alive, process_start
 from cdc_sync.status.render import lsn, render, to_json
 from cdc_sync.status.verdict import Health, Thresholds, judge
@@ -44,20 +51,31 @@ def job(**changes: object) -> JobStatus:
     return replace(status, **changes)  # type: ignore[arg-type]
 
 
+CONSUMER_FIELDS = ("job", "partitions", "watermarks", "job_alive")
+
+
 def snapshot(**changes: object) -> Snapshot:
+    """A healthy snapshot of one consumer of the log (search); `changes` to the consumer's
+    fields (job, partitions, watermarks, job_alive) or the snapshot's."""
+    consumer = ConsumerSnapshot(
+        "search",
+        "/ck/search",
+        job(),
+        (PartitionStatus("cdc.shop.customers", 0, 130, 0, 130),),
+    )
+    own = {name: value for name, value in changes.items() if name in CONSUMER_FIELDS}
     healthy = Snapshot(
         taken_at=NOW,
         mapping="shop",
         checkpoint="/ck",
         capture=CaptureStatus("kafka-connect", "shop", "RUNNING", (TaskState(0, "RUNNING"),)),
         slot=SlotStatus("shop_slot", True, True, "reserved", 10 << 20, 0, 1 << 30),
-        partitions=(PartitionStatus("cdc.shop.customers", 0, 130, 0, 130),),
-        watermarks=(),
+        consumers=(replace(consumer, **own),),  # type: ignore[arg-type]
         dead_letter_topic="cdc.dead_letter",
         dead_letters=0,
-        job=job(),
     )
-    return replace(healthy, **changes)  # type: ignore[arg-type]
+    rest = {name: value for name, value in changes.items() if name not in CONSUMER_FIELDS}
+    return replace(healthy, **rest)  # type: ignore[arg-type]
 
 
 def verdict_of(s: Snapshot, **thresholds: float) -> tuple[Health, str]:
@@ -85,10 +103,10 @@ def test_a_few_fresh_records_in_flight_are_healthy() -> None:
 @pytest.mark.parametrize(
     ("changes", "expected"),
     [
-        ({"job": None}, "no job status beside checkpoint /ck"),
-        ({"job": job(state="stopped", alive_at=NOW - 90)}, "the job stopped 90 s ago"),
-        ({"job": job(state="failed", error="PolicyViolation: x")}, "the job failed: Policy"),
-        ({"job": job(alive_at=NOW - 300)}, "silent for 300 s (killed?)"),
+        ({"job": None}, "search: no status beside its checkpoint /ck/search"),
+        ({"job": job(state="stopped", alive_at=NOW - 90)}, "search: stopped 90 s ago"),
+        ({"job": job(state="failed", error="PolicyViolation: x")}, "search: failed: Policy"),
+        ({"job": job(alive_at=NOW - 300)}, "search: silent for 300 s (killed?)"),
         (
             {"job": job(sink_health={"redis": {"state": "failed", "error_class": "Timeout"}})},
             "sink redis gave up (Timeout)",
@@ -118,14 +136,14 @@ def test_records_waiting_too_long_is_lagging() -> None:
     partition = PartitionStatus("cdc.shop.customers", 0, 140, 0, 130, int((NOW - 45) * 1000))
     health, reasons = verdict_of(snapshot(partitions=(partition,)), max_lag_seconds=30)
     assert health is Health.LAGGING
-    assert "a record has waited 45 s on cdc.shop.customers[0] (over 30 s)" in reasons
+    assert "search: a record has waited 45 s on cdc.shop.customers[0] (over 30 s)" in reasons
     assert verdict_of(snapshot(partitions=(partition,)), max_lag_seconds=60)[0] is Health.HEALTHY
 
 
 def test_too_many_records_waiting_is_lagging() -> None:
     partition = PartitionStatus("t", 0, 20_000, 0, 5_000, int(NOW * 1000))
     health, reasons = verdict_of(snapshot(partitions=(partition,)), max_lag_records=10_000)
-    assert (health, reasons) == (Health.LAGGING, "15000 records wait (over 10000)")
+    assert (health, reasons) == (Health.LAGGING, "search: 15000 records wait (over 10000)")
 
 
 def test_a_sink_being_retried_is_lagging() -> None:
@@ -133,7 +151,7 @@ def test_a_sink_being_retried_is_lagging() -> None:
     health, reasons = verdict_of(snapshot(job=waiting))
     assert (health, reasons) == (
         Health.LAGGING,
-        "sink search is being retried (X, 3 failed attempt(s))",
+        "search: sink search is being retried (X, 3 failed attempt(s))",
     )
 
 
@@ -149,7 +167,7 @@ def test_stopped_wins_over_lagging_and_keeps_both_reasons() -> None:
     s = snapshot(partitions=(partition,), job=job(state="stopped", alive_at=NOW - 100))
     health, reasons = verdict_of(s)
     assert health is Health.STOPPED
-    assert "the job stopped" in reasons and "a record has waited 100 s" in reasons
+    assert "search: stopped" in reasons and "a record has waited 100 s" in reasons
 
 
 def test_waiting_counts_from_the_low_watermark_before_the_first_commit() -> None:
@@ -176,8 +194,31 @@ def test_screen_shows_every_part_and_json_says_the_same() -> None:
     assert max(len(line) for line in screen.splitlines()) <= 120
     document = json.loads(json.dumps(to_json(s, verdict)))
     assert document["verdict"] == {"health": "healthy", "reasons": ["caught up"]}
-    assert document["partitions"][0]["waiting"] == 0
-    assert {w["sink"] for w in document["watermarks"]} == {"search", "redis"}
+    [consumer] = document["consumers"]
+    assert consumer["partitions"][0]["waiting"] == 0
+    assert {w["sink"] for w in consumer["watermarks"]} == {"search", "redis"}
+
+
+def test_each_consumer_is_judged_and_shown_on_its_own() -> None:
+    """Invariant 8: one consumer of the log behind (a stalled search server) leaves the others
+    current; the verdict names the one behind, the screen shows each one's records waiting."""
+    behind = PartitionStatus("cdc.shop.customers", 0, 200, 0, 130, int((NOW - 90) * 1000))
+    search = ConsumerSnapshot("search", "/ck/search", job(), (behind,))
+    current = PartitionStatus("cdc.shop.customers", 0, 200, 0, 200)
+    redis_job = job(sink_health={"redis": {"state": "ok"}})
+    redis = ConsumerSnapshot("redis", "/ck/redis", redis_job, (current,))
+    s = snapshot(consumers=(search, redis))
+    verdict = judge(s, Thresholds(max_lag_seconds=30))
+    assert verdict.health is Health.LAGGING
+    assert verdict.reasons == (
+        "search: a record has waited 90 s on cdc.shop.customers[0] (over 30 s)",
+    )
+    assert s.waiting == 70  # the slowest consumer's
+    screen = render(s, verdict).splitlines()
+    header = next(line for line in screen if line.startswith("topic"))
+    assert header.split()[-3:] == ["search", "redis", "oldest"]
+    row = next(line for line in screen if line.startswith("cdc.shop.customers"))
+    assert row.split()[2:] == ["200", "70", "0", "90", "s"]
 
 
 def test_versions_render_as_lsns() -> None:
@@ -186,7 +227,7 @@ def test_versions_render_as_lsns() -> None:
 
 
 def _mark(source_seconds: float) -> object:
-    from cdc_sync.job.status_file import TableMark
+    from cdc_sync.job.observe.status_file import TableMark
 
     return TableMark(0x1A2B3C, int(source_seconds * 1000), NOW - 3)
 
@@ -318,9 +359,9 @@ def test_a_killed_job_is_not_shown_running() -> None:
     verdict = judge(s, Thresholds())
     assert verdict.health is Health.STOPPED
     assert f"the job's process (pid {killed.pid}) is gone" in verdict.reasons[0]
-    line = next(line for line in render(s, verdict).splitlines() if line.startswith("job "))
+    line = next(line for line in render(s, verdict).splitlines() if line.startswith("  job "))
     assert "running," not in line
-    assert line.startswith("job       not running (its process is gone")
+    assert line.startswith("  job     not running (its process is gone")
 
 
 def test_the_job_process_is_alive_only_when_it_is_the_job() -> None:

@@ -7,6 +7,7 @@ import dataclasses
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pyarrow as pa
@@ -22,15 +23,20 @@ from cdc_sync.core.model import (
 )
 from cdc_sync.core.types import KnownSchema
 from cdc_sync.debezium.decoder import MalformedRecord, parse_record
-from cdc_sync.job.applier import BatchApplier
-from cdc_sync.job.decode import KIND_CHANGE, KIND_STATS, KIND_TRUNCATE, decode_and_fold
-from cdc_sync.job.stream import SideRows
-from cdc_sync.job.truncates import (
+from cdc_sync.job.decode.partition import (
+    KIND_CHANGE,
+    KIND_STATS,
+    KIND_TRUNCATE,
+    decode_and_fold,
+)
+from cdc_sync.job.settle.applier import BatchApplier
+from cdc_sync.job.settle.truncates import (
     FileTruncateFences,
     TruncateFences,
     TruncateFencesCorrupt,
     newest_per_table,
 )
+from cdc_sync.job.stream import SideRows
 from cdc_sync.mapping import (
     CacheRoute,
     DeltaRoute,
@@ -40,8 +46,9 @@ from cdc_sync.mapping import (
     TableRoute,
 )
 from cdc_sync.schema import Column, ColumnType, RowSchema, TypeKind
+from cdc_sync.shape.spec import OnDelete, SinkShape
 from cdc_sync.sinks.base import WriteResult
-from cdc_sync.sinks.delta.actions import truncate_predicate
+from cdc_sync.sinks.delta.actions import marks_predicate, snapshot_end_marks, truncate_predicate
 from cdc_sync.sinks.redis.actions import truncate_actions as cache_truncate
 from cdc_sync.sinks.redis.actions import version_string
 from cdc_sync.sinks.search.actions import truncate_actions as search_truncate
@@ -120,7 +127,8 @@ def test_decode_hands_the_truncate_to_the_driver_as_a_side_row() -> None:
     stats = {r["counted"]: r["count"] for r in rows if r["kind"] == KIND_STATS}
     assert stats == {KIND_CHANGE: 2, KIND_TRUNCATE: 1}
     side = SideRows([r for r in rows if r["kind"] != KIND_CHANGE])
-    assert side.truncates == [Truncate(PRODUCTS, 5000, coords(1), 5100)]
+    # ... with its commit time (a history closes rows at it; a soft-delete sink marks with it)
+    assert side.truncates == [Truncate(PRODUCTS, 5000, coords(1), 5100, 1_700_000_000_000)]
     assert side.rejected == [] and side.commit_bound == 6000
 
 
@@ -173,6 +181,9 @@ class OneTable:
 
     def route_for(self, table: TableId) -> TableRoute | None:
         return routes() if table == PRODUCTS else None
+
+    def policies_for(self, table: TableId) -> Policies:
+        return Policies()
 
 
 def test_fences_apply_each_tables_newest_truncate_to_every_sink_and_survive_restarts(
@@ -229,6 +240,39 @@ def test_cache_deletes_the_older_rows_through_the_fenced_script() -> None:
 
 def test_delta_deletes_by_version() -> None:
     assert truncate_predicate(5000) == "_cdc_version < 5000"
+
+
+def test_a_snapshot_end_marks_in_a_soft_delete_sink_and_a_truncate_still_deletes() -> None:
+    """`on_delete: soft`: the rows a full snapshot no longer holds stay, marked at its time
+    just below its version, written over the stored row (`Change.marks_deleted`); rows
+    marked already keep their mark. A TRUNCATE statement deletes as in every sink."""
+    soft = SinkShape("search", "m.yaml: tables.shop.products", on_delete=OnDelete.SOFT)
+    route = replace(routes(), shapes={"search": soft, "cache": replace(soft, sink="cache")})
+    end = Truncate(PRODUCTS, 5000, coords(0), None, 1_800_000_000_000, snapshot_end=True)
+    actions = search_truncate(route, end, STORED, marked={"2"})
+    assert actions is not None
+    assert [(a.op, a.doc_id, a.version, a.mark) for a in actions.actions] == [
+        ("index", "1", 4999, True)
+    ]
+    marks = {"_deleted": True, "_deleted_at": "2027-01-15T08:00:00+00:00"}
+    assert actions.actions[0].document == marks
+    (mark,) = cache_truncate(route, end, STORED, marked={"2"})
+    assert (mark.op, mark.key, mark.version) == ("mark", "cache:shop.products:1", "0" * 16 + "4999")
+    statement = replace(end, snapshot_end=False)
+    deletes = search_truncate(route, statement, STORED)
+    assert deletes is not None and {a.op for a in deletes.actions} == {"delete"}
+    assert {a.op for a in cache_truncate(route, statement, STORED)} == {"delete"}
+    delta = replace(soft, sink="delta")
+    assert snapshot_end_marks(delta, end) == {
+        "_cdc_is_deleted": True,
+        "_cdc_deleted_at": datetime(2027, 1, 15, 8, tzinfo=UTC),
+        "_cdc_version": 4999,
+        "_cdc_source_ts": datetime(2027, 1, 15, 8, tzinfo=UTC),
+        "_cdc_op": "u",
+    }
+    assert marks_predicate(5000, '"_cdc_is_deleted"') == (
+        '_cdc_version < 5000 AND NOT coalesce("_cdc_is_deleted", false)'
+    )
 
 
 def test_a_table_a_sink_does_not_serve_has_nothing_to_remove() -> None:
@@ -342,7 +386,9 @@ def test_the_last_row_of_a_tables_snapshot_also_ends_the_snapshot(marker: str) -
     assert stats == {KIND_CHANGE: 3}  # the row is a change; its end is no record of its own
     assert sum(1 for r in rows if r["kind"] == KIND_CHANGE) == 3
     side = SideRows([r for r in rows if r["kind"] != KIND_CHANGE])
-    assert side.truncates == [Truncate(PRODUCTS, 9000, coords(2), None, snapshot_end=True)]
+    assert side.truncates == [
+        Truncate(PRODUCTS, 9000, coords(2), None, 1_700_000_000_000, snapshot_end=True)
+    ]
     assert side.truncates[0].fence == TruncateFence(9000, -1)  # its own rows are not covered
     assert not side.truncates[0].fence.covers(change(9000))
 

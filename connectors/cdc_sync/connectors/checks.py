@@ -6,28 +6,22 @@ Each finding names the setting to change. Errors block `apply`; warnings are pri
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import psycopg
+from psycopg import sql
 
+from cdc_sync.connectors.check import Check
+from cdc_sync.connectors.schema_checks import schema_checks
 from cdc_sync.core.errors import ConfigError
 from cdc_sync.core.model import TableId
 from cdc_sync.debezium.connector import ConnectorFile, captured_tables, load_connector
+from cdc_sync.debezium.signals import signal_table_id
 from cdc_sync.mapping import MappingFile
+from cdc_sync.schema.catalog import quoted
 
 DEFAULT_NAMES = {"publication.name": "dbz_publication", "slot.name": "debezium"}
 TOASTABLE = {"text", "bytea", "json", "jsonb", "xml", "varchar"}
-
-
-@dataclass(frozen=True)
-class Check:
-    severity: str  # "error" | "warning"
-    setting: str  # what to change: a connector key, a Postgres setting, a grant
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.severity}: {self.setting}: {self.message}"
 
 
 def run_checks(
@@ -54,8 +48,10 @@ def run_checks(
     checks += _role(conn, config["database.user"], tables)
     for table in tables:
         checks += _table(conn, table, config)
+    found, partitions = schema_checks(conn, connector, config, tables)
+    checks += found
     if mapping is not None:
-        for table in mapping.uncovered(tables):
+        for table in mapping.uncovered(t for t in tables if t not in partitions):
             checks.append(
                 Check("error", f"{mapping.path}: tables", f"{table} is neither routed nor ignored")
             )
@@ -180,13 +176,10 @@ def _signal_table(
     name = config.get("signal.data.collection")
     if not name:
         return []
-    parts = name.split(".")  # schema.table (a database prefix is allowed)
-    table = TableId(parts[-2], parts[-1]) if len(parts) >= 2 else None
+    table = signal_table_id(name)
     found = None
     if table is not None:
-        found = conn.execute(
-            "SELECT to_regclass(%s)", (f'"{table.schema}"."{table.table}"',)
-        ).fetchone()
+        found = conn.execute("SELECT to_regclass(%s)", (quoted(table),)).fetchone()
     exists = found is not None and found[0] is not None
     if table is None or not exists:
         return [
@@ -243,7 +236,8 @@ def _role(conn: psycopg.Connection[Any], user: str, tables: list[TableId]) -> li
     replication, superuser = row
     checks = []
     if not (replication or superuser):
-        checks.append(Check("error", "database.user", f"ALTER ROLE {user} REPLICATION is needed"))
+        needed = f"ALTER ROLE {_role_name(user)} REPLICATION is needed"
+        checks.append(Check("error", "database.user", needed))
     if superuser:
         checks.append(
             Check(
@@ -256,17 +250,25 @@ def _role(conn: psycopg.Connection[Any], user: str, tables: list[TableId]) -> li
     for table in tables:
         allowed = conn.execute(
             "SELECT has_table_privilege(%s, %s, 'SELECT')",
-            (user, f'"{table.schema}"."{table.table}"'),
+            (user, quoted(table)),
         ).fetchone()
         if not (allowed and allowed[0]):
             checks.append(
-                Check("error", "database.user", f"GRANT SELECT ON {table} TO {user} is needed")
+                Check(
+                    "error",
+                    "database.user",
+                    f"GRANT SELECT ON {quoted(table)} TO {_role_name(user)} is needed",
+                )
             )
     return checks
 
 
+def _role_name(user: str) -> str:
+    return sql.Identifier(user).as_string()
+
+
 def _table(conn: psycopg.Connection[Any], table: TableId, config: Mapping[str, str]) -> list[Check]:
-    name = f'"{table.schema}"."{table.table}"'
+    name = quoted(table)
     checks = []
     has_pk = conn.execute(
         "SELECT 1 FROM pg_index WHERE indrelid = %s::regclass AND indisprimary", (name,)

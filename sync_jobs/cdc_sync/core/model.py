@@ -17,7 +17,7 @@ KEY_SEPARATOR = "|"
 # The version of a delete known only from a Kafka tombstone whose delete event the log cleaner
 # removed (or that a batch holds without it): it deletes whatever version a sink holds, and any
 # change after it in the log wins. The fold gives a tombstone the version of the change before it
-# in the batch when there is one (job.fold.version_tombstones).
+# in the batch when there is one (job.decode.fold.version_tombstones).
 UNVERSIONED = -1
 ESCAPE = "\\"
 
@@ -35,14 +35,48 @@ class TableId:
     table: str
 
     def __str__(self) -> str:
-        return f"{self.schema}.{self.table}"
+        """`schema.table`; a part holding a dot (or starting with `"`) is double-quoted, SQL
+        style (`app."order.items"`), so that `parse` reads every name back as it was."""
+        return f"{_spelled(self.schema)}.{_spelled(self.table)}"
 
     @classmethod
     def parse(cls, qualified: str) -> TableId:
-        schema, sep, table = qualified.partition(".")
-        if not sep or not schema or not table or "." in table:
+        """`schema.table`, either part optionally double-quoted with `""` for a quote inside
+        (`"My.Schema"."a""b"`): the form `str` writes, mapping files and command lines use."""
+        schema, rest = _identifier(qualified, qualified)
+        if not rest.startswith(".") or len(rest) == 1:
+            raise ValueError(f"expected <schema>.<table>, got {qualified!r}")
+        table, tail = _identifier(rest[1:], qualified)
+        if tail:
             raise ValueError(f"expected <schema>.<table>, got {qualified!r}")
         return cls(schema, table)
+
+
+def _spelled(part: str) -> str:
+    if "." in part or part.startswith('"'):
+        return '"' + part.replace('"', '""') + '"'
+    return part
+
+
+def _identifier(text: str, whole: str) -> tuple[str, str]:
+    """One part at the start of `text` (quoted, or up to the next dot) and what follows it."""
+    if not text.startswith('"'):
+        name, dot, rest = text.partition(".")
+        if not name:
+            raise ValueError(f"expected <schema>.<table>, got {whole!r}")
+        return name, dot + rest
+    chars: list[str] = []
+    at = 1
+    while at < len(text):
+        if text[at] == '"':
+            if text[at + 1 : at + 2] != '"':
+                if not chars:
+                    break
+                return "".join(chars), text[at + 1 :]
+            at += 1
+        chars.append(text[at])
+        at += 1
+    raise ValueError(f"unterminated or empty quoted name in {whole!r}")
 
 
 @dataclass(frozen=True)
@@ -74,7 +108,7 @@ class Change:
     schema: RowSchema | None = field(default=None, compare=False, repr=False)
     # A delete that follows a create of the same key in the same transaction: either the row was
     # created and deleted, or two rows swapped keys (deferrable keys) and the key is present.
-    # Only Postgres can tell (job.unavailable reads it).
+    # Only Postgres can tell (job.write.unavailable reads it).
     resolve_from_source: bool = False
     # The change's own WAL position (Debezium's `source.lsn`); None where it has none
     # (incremental-snapshot rows, tombstones).
@@ -85,22 +119,33 @@ class Change:
     snapshot_point: int | None = None
     # The unavailable columns whose placeholder could be the real value (a null: Debezium sends
     # null for both, `schema.unavailable`). Never filled from an older change: only Postgres
-    # can tell (job.unavailable reads it).
+    # can tell (job.write.unavailable reads it).
     uncertain_columns: frozenset[str] = frozenset()
     # Debezium's `source.txId`, kept only for the changes of the first transaction streamed
     # after a snapshot (`source.sequence` `[null, lsn]`): versioned by their own positions, they
-    # differ in version within their transaction, and this tells they are one (job.fold). None
-    # for every other change: its version (the commit before its transaction) identifies it.
+    # differ in version within their transaction, and this tells they are one (job.decode.fold).
+    # None for every other change: its version (the commit before its transaction) identifies it.
     transaction: int | None = None
     # The last row of its table in a full (initial or blocking) snapshot, Debezium's
     # `source.snapshot` "last" / "last_in_data_collection": the table's snapshot is complete,
     # and every row the sinks hold older than it that the snapshot did not write is gone
-    # (job.truncates applies it as a `Truncate` with `snapshot_end`).
+    # (job.settle.truncates applies it as a `Truncate` with `snapshot_end`).
     ends_snapshot: bool = False
     # Tables with a Delta history (`delta.history`): the key's earlier states in the batch, one
     # per version (the last change of each), oldest first. The fold keeps only the newest state;
     # the history needs every version (sinks.delta.history). Empty for every other table.
     earlier: tuple[Change, ...] = field(default=(), compare=False, repr=False)
+    # A delete: the row the key held just before it, when the batch held the change that wrote
+    # it, whole (no unchanged-TOAST column left out): the fold keeps it (job.decode.fold), so a
+    # soft-delete sink's filter reads the row as it was deleted (`cdc_sync.shape`). None when
+    # the batch did not hold it: the sink holds that state, if it matched.
+    deleted_row: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
+    # A soft delete (`on_delete: soft`, `cdc_sync.shape`): `row` holds the markers (and the key,
+    # or the whole shaped `deleted_row`). A sink writes it over the row it holds for the key,
+    # fenced by version, keeping the stored fields the mark does not carry; a sink that holds no
+    # row for the key applies it as the plain delete at the same version (a tombstone, which
+    # still fences): a row the sink never held is never marked.
+    marks_deleted: bool = False
 
     @property
     def is_delete(self) -> bool:

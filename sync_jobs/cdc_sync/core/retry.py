@@ -14,6 +14,7 @@ policy's `observer` (the job's sink-health state) on every failure, on recovery 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -26,6 +27,17 @@ T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 DEFAULT_HORIZON_SECONDS = 600.0
+# Set when the process is stopping (SIGTERM, Ctrl-C): retries end at once rather than wait up
+# to their horizon, so that a stop never waits for a sink that is down (the abandoned write's
+# batch is not committed and re-runs on restart; every write is fenced).
+_STOPPING = threading.Event()
+
+
+def abandon_retries() -> None:
+    """This process is stopping: every retry loop gives up now (`TransientSinkError`)."""
+    _STOPPING.set()
+
+
 # One attempt of a client may not block longer than this (a hung server answers nothing).
 DEFAULT_ATTEMPT_TIMEOUT_SECONDS = 30.0
 
@@ -148,7 +160,7 @@ def retried(
     is_transient: Callable[[BaseException], bool],
     what: str,
     policy: RetryPolicy = DEFAULT_POLICY,
-    sleep: Callable[[float], None] = time.sleep,
+    sleep: Callable[[float], None] | None = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> T:
     """`action()`, retried while it raises what `is_transient` accepts; other errors pass
@@ -170,14 +182,14 @@ def retried(
 
     def stop(state: tenacity.RetryCallState) -> bool:
         capped = policy.attempts is not None and state.attempt_number >= policy.attempts
-        return capped or waiting.horizon_passed()
+        return capped or waiting.horizon_passed() or _STOPPING.is_set()
 
     retrying = tenacity.Retrying(
         stop=stop,
         wait=wait,
         retry=tenacity.retry_if_exception(is_transient),
         after=on_failure,
-        sleep=sleep,
+        sleep=sleep or _interruptible_sleep,
         reraise=True,
     )
     try:
@@ -195,8 +207,15 @@ def retried(
     return result
 
 
+def _interruptible_sleep(seconds: float) -> None:
+    """A backoff sleep that ends when the process starts stopping (`abandon_retries`)."""
+    _STOPPING.wait(seconds)
+
+
 def _gave_up(waiting: _Waiting, error: BaseException) -> TransientSinkError:
     policy = waiting.policy
+    if _STOPPING.is_set():
+        return TransientSinkError(f"sink {policy.target}: {waiting.what}: abandoned, stopping")
     if policy.observer is not None:
         policy.observer.gave_up(policy.target, waiting.what, waiting.since_wall, error)
     return TransientSinkError(

@@ -22,6 +22,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from cdc_sync.core.errors import ConfigError
 from cdc_sync.core.model import TableId
+from cdc_sync.names import include_patterns, included
 from cdc_sync.schema.catalog import ConverterModes
 
 POSTGRES_CONNECTOR = "io.debezium.connector.postgresql.PostgresConnector"
@@ -156,9 +157,10 @@ def describe_database(conninfo: str) -> str:
 
 
 def captured_tables(conn: psycopg.Connection[Any], connector: ConnectorFile) -> list[TableId]:
-    """The tables the connector captures, by its include lists (regular expressions)."""
-    schemas = _patterns(connector.config.get("schema.include.list"))
-    tables = _patterns(connector.config.get("table.include.list"))
+    """The tables the connector captures, by its include lists, read as Debezium reads them
+    (`names.include_patterns`: case-insensitive, matched against `schema.table` as it is)."""
+    schemas = include_patterns(connector.config.get("schema.include.list"))
+    tables = include_patterns(connector.config.get("table.include.list"))
     rows = conn.execute(
         "SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
         "WHERE c.relkind IN ('r', 'p') AND n.nspname NOT IN ('pg_catalog', 'information_schema') "
@@ -168,10 +170,6 @@ def captured_tables(conn: psycopg.Connection[Any], connector: ConnectorFile) -> 
     return [
         t
         for t in found
-        if (not schemas or any(p.fullmatch(t.schema) for p in schemas))
-        and (not tables or any(p.fullmatch(str(t)) for p in tables))
+        if (not schemas or included(schemas, t.schema))
+        and (not tables or included(tables, f"{t.schema}.{t.table}"))
     ]
-
-
-def _patterns(value: str | None) -> list[re.Pattern[str]]:
-    return [re.compile(p.strip()) for p in (value or "").split(",") if p.strip()]

@@ -50,12 +50,15 @@ def parse_record(
     coordinates: Coordinates,
     known: KnownSchemas | None = None,
     floor: int = 0,
+    tables: Mapping[str, TableId] | None = None,
 ) -> Change | Tombstone | Truncate:
     """Parse one Kafka record written by Debezium's JsonConverter: with schemas.enable=true,
     or, when `known` schemas are given, without (plain JSON key and envelope). `floor`: the
-    highest snapshot point before this record in its partition (`commit_order_version`)."""
+    highest snapshot point before this record in its partition (`commit_order_version`);
+    `tables`: the table of each topic (`MappingFile.topic_tables`), which a record without an
+    envelope (a tombstone, a record without schema) is known by."""
     if known is not None:
-        return _parse_schemaless(key, value, coordinates, known, floor)
+        return _parse_schemaless(key, value, coordinates, known, floor, tables)
     key_doc = _load_json(key, coordinates, "key")
     value_doc = _load_json(value, coordinates, "value")
     # Debezium sends a truncate without a key; one keyed on the way (an SMT) is one all the same.
@@ -69,7 +72,7 @@ def parse_record(
     key_tuple = _parse_key(key_doc, coordinates)
     if value_doc is None:
         return Tombstone(
-            table=table_from_topic(coordinates), key=key_tuple, coordinates=coordinates
+            table=table_from_topic(coordinates, tables), key=key_tuple, coordinates=coordinates
         )
     return _parse_envelope(value_doc, key_tuple, coordinates, floor)
 
@@ -80,8 +83,9 @@ def _parse_schemaless(
     coordinates: Coordinates,
     known: KnownSchemas,
     floor: int,
+    tables: Mapping[str, TableId] | None,
 ) -> Change | Tombstone | Truncate:
-    table = table_from_topic(coordinates)
+    table = table_from_topic(coordinates, tables)
     schema = known.get(table)
     if schema is None:
         raise MalformedRecord(coordinates, "topic", f"no catalog schema for {table}")
@@ -120,7 +124,13 @@ def _truncate(
     )
 
 
-def table_from_topic(coordinates: Coordinates) -> TableId:
+def table_from_topic(
+    coordinates: Coordinates, tables: Mapping[str, TableId] | None = None
+) -> TableId:
+    """The table of a record's topic: from `tables` (topic -> table) when it names the topic,
+    else the topic's last two parts (a name Debezium changed, or one with a dot, reads wrong)."""
+    if tables is not None and coordinates.topic in tables:
+        return tables[coordinates.topic]
     parts = coordinates.topic.split(".")
     if len(parts) < 3:
         raise MalformedRecord(coordinates, "topic", "expected <prefix>.<schema>.<table>")
@@ -216,7 +226,7 @@ def _parse_payload(
         raise MalformedRecord(coordinates, f"{where}.after", f"missing for op {op.value!r}")
     row_schema = row_schema_of()
     # Unchanged TOAST values are left out of the row: the fold, the sinks or a read from
-    # Postgres fill them (job.fold, job.unavailable); they are never written as data.
+    # Postgres fill them (job.decode.fold, job.write.unavailable); they are never written as data.
     placeholders_possible = op in (Op.CREATE, Op.UPDATE)
     unavailable = frozenset(
         column.name
@@ -265,8 +275,8 @@ def commit_order_version(source: Mapping[str, Any], floor: int = 0) -> int | Non
     next transaction, whose version is its commit end: so its version is the larger of its
     `lsn` and `floor`, the highest snapshot point before it in its partition (a snapshot row
     read while capture had streamed no commit yet, `[null, S]`: `Change.snapshot_point`; the job
-    keeps it across batches, `job/version_floors.py`); equal to a snapshot row's, it still wins
-    by Kafka order. Only the snapshot's point, not the partition's highest version: Debezium
+    keeps it across batches, `job/decode/version_floors.py`); equal to a snapshot row's, it still
+    wins by Kafka order. Only the snapshot's point, not the partition's highest version: Debezium
     sends that transaction again, byte for byte, when it restarts from offsets stored before
     its first commit (observed in tests/integration/test_debezium_ordering.py), and the copy
     must not rise above the transactions that followed it. Its commit ends after S, so every
@@ -289,7 +299,7 @@ def commit_order_version(source: Mapping[str, Any], floor: int = 0) -> int | Non
 def _first_transaction_id(source: Mapping[str, Any]) -> int | None:
     """`source.txId` of a change of the first transaction streamed after a snapshot (`[null,
     lsn]`, versioned by its own position: `commit_order_version`), else None. Its changes
-    differ in version; the id tells they are one transaction (job.fold)."""
+    differ in version; the id tells they are one transaction (job.decode.fold)."""
     tx_id = source.get("txId")
     if not isinstance(tx_id, int) or isinstance(tx_id, bool) or _is_snapshot_row(source):
         return None

@@ -22,6 +22,7 @@ from psycopg import sql
 from psycopg.abc import AdaptContext
 
 from cdc_sync.core.errors import ConfigError
+from cdc_sync.core.model import TableId
 
 SIGNAL_SETTING = "signal.data.collection"
 SIGNAL_DATA_CHARS = 2048  # the `data` column below: a longer signal does not fit
@@ -69,32 +70,51 @@ def request_snapshot(
 ) -> str:
     """Insert an `execute-snapshot` signal for `tables` (schema.table), narrowed by
     `conditions` (table -> SQL filter, see `key_filters`); returns its id."""
-    table = signal_table(config)
     data = snapshot_signal_data(tables, conditions)
     if len(data) > SIGNAL_DATA_CHARS:
         raise ValueError(
             f"snapshot signal of {len(data)} characters exceeds the signal table's "
             f"{SIGNAL_DATA_CHARS}: split the filters (key_filters with a smaller budget)"
         )
-    return _signal(conn, table, "snapshot", "execute-snapshot", data)
+    return _signal(conn, config, "snapshot", "execute-snapshot", data)
 
 
 def request_log(conn: psycopg.Connection[Any], config: Mapping[str, str], message: str) -> str:
     """Insert a `log` signal (Debezium logs `message`; its transaction is streamed like any
     captured table's); returns its id."""
-    return _signal(conn, signal_table(config), "log", "log", json.dumps({"message": message}))
+    return _signal(conn, config, "log", "log", json.dumps({"message": message}))
 
 
-def _signal(conn: psycopg.Connection[Any], table: str, prefix: str, kind: str, data: str) -> str:
-    schema, _, name = table.partition(".")
-    quoted = f'"{schema}"."{name}"'
-    conn.execute(SIGNAL_TABLE_DDL.format(table=quoted).encode())
+def _signal(
+    conn: psycopg.Connection[Any], config: Mapping[str, str], prefix: str, kind: str, data: str
+) -> str:
+    """Insert a signal of type `kind` (id `<prefix>-<uuid>`) into the connector's table."""
+    table = signal_table(config)
+    found = signal_table_id(table)
+    if found is None:
+        raise ConfigError(
+            config.get("name", "connector"),
+            f"config.{SIGNAL_SETTING}",
+            f"{table!r}: expected schema.table (a part holding a dot double-quoted)",
+        )
+    name = sql.Identifier(found.schema, found.table)
+    conn.execute(sql.SQL(SIGNAL_TABLE_DDL).format(table=name))
     signal_id = f"{prefix}-{uuid.uuid4()}"
     conn.execute(
-        f"INSERT INTO {quoted} (id, type, data) VALUES (%s, %s, %s)".encode(),
+        sql.SQL("INSERT INTO {} (id, type, data) VALUES (%s, %s, %s)").format(name),
         (signal_id, kind, data),
     )
     return signal_id
+
+
+def signal_table_id(setting: str) -> TableId | None:
+    """The table `signal.data.collection` names (`schema.table`, a part holding a dot quoted;
+    a database prefix is allowed), None when it names none."""
+    try:
+        return TableId.parse(setting)
+    except ValueError:
+        parts = setting.split(".")
+        return TableId(parts[-2], parts[-1]) if len(parts) >= 2 else None
 
 
 def filter_budget(table: str) -> int:

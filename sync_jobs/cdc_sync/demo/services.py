@@ -10,11 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from pyspark.sql import SparkSession
-from pyspark.sql.streaming import StreamingQuery
 
 from cdc_sync.core.logs import log_settings
 from cdc_sync.core.settings import Connections, default_env_file, state_dir, write_env_file
-from cdc_sync.job.runner import JobOptions, SyncJob
+from cdc_sync.job.runner import JobOptions, QueryGroup, SyncJob
 from cdc_sync.job.spark_session import build_spark
 from cdc_sync.mapping import MappingFile
 
@@ -30,7 +29,7 @@ class DemoServices:
         self.capture: Any = None
         self.spark: SparkSession | None = None
         self.job: SyncJob | None = None
-        self.query: StreamingQuery | None = None
+        self.query: QueryGroup | None = None
         self.connections: Connections | None = None
         self.started_stack = False
         self.connector: tuple[Any, str] | None = None  # (ConnectClient, name) when on a worker

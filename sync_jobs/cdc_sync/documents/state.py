@@ -9,9 +9,10 @@ render (`pending`, written in the batch's transaction, cleared once the search s
 them: a crash in between renders them again) and the version documents are written at.
 
 It is as big as the document tables' rows in JSON plus one index entry per join column and row.
-It belongs to the checkpoint: a new checkpoint reads the topics from the start and rebuilds it;
-deleting it alone leaves documents stale until their rows change again (delete both, or
-re-snapshot the tables: `cdc-sync connectors snapshot`).
+It belongs to its streaming query's checkpoint, and records in each batch's transaction the
+batch id and the checkpoint's query id (`applied`): a state that does not belong to its
+checkpoint is found at start (`documents.checkpoint`) and replaced by a new one, which a new
+checkpoint fills by reading the topics from the start.
 """
 
 from __future__ import annotations
@@ -52,6 +53,44 @@ CREATE TABLE IF NOT EXISTS pending (doc TEXT NOT NULL, id TEXT NOT NULL,
     PRIMARY KEY (doc, id)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
+
+
+# Meta keys: the last batch the state applied, and the query id of the checkpoint it ran under.
+BATCH, CHECKPOINT = "batch", "checkpoint"
+
+
+@dataclass(frozen=True)
+class Applied:
+    """What a state file records having applied (`applied`)."""
+
+    batch: int | None  # the last batch id; None before the first (or from an older release)
+    checkpoint: str | None  # the query id of the checkpoint that batch ran under
+    rows: bool  # whether it holds any row
+
+
+def applied(path: Path) -> Applied:
+    """What the state at `path` records, read without creating or changing it."""
+    if not path.exists():
+        return Applied(None, None, False)
+    conn = sqlite3.connect(path)
+    try:
+        meta = dict(
+            conn.execute("SELECT name, value FROM meta WHERE name IN (?, ?)", [BATCH, CHECKPOINT])
+        )
+        rows = conn.execute("SELECT 1 FROM rows LIMIT 1").fetchone() is not None
+    except sqlite3.OperationalError:  # no tables: a file the state never initialised
+        return Applied(None, None, False)
+    finally:
+        conn.close()
+    batch = meta.get(BATCH)
+    return Applied(None if batch is None else int(batch), meta.get(CHECKPOINT), rows)
+
+
+def remove_state(path: Path) -> None:
+    """Delete the state at `path` (its file and SQLite's WAL beside it); none is fine. Only
+    while no `DocumentState` has it open."""
+    for part in (path, path.with_name(f"{path.name}-wal"), path.with_name(f"{path.name}-shm")):
+        part.unlink(missing_ok=True)
 
 
 @dataclass(frozen=True)
@@ -220,6 +259,12 @@ class DocumentState:
         with self.transaction():
             self.conn.execute("DELETE FROM pending WHERE doc = ?", [doc])
 
+    def record_batch(self, batch_id: int, checkpoint: str | None) -> None:
+        """The batch this transaction applies, and the query id of its checkpoint."""
+        self.set_meta(BATCH, str(batch_id))
+        if checkpoint is not None:
+            self.set_meta(CHECKPOINT, checkpoint)
+
     def version(self) -> int:
         """The version documents are written at: the highest applied so far (never lower)."""
         found = self.meta("version")
@@ -236,6 +281,9 @@ class DocumentState:
 
     def set_meta(self, name: str, value: str) -> None:
         self.conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", [name, value])
+
+    def clear_meta(self, name: str) -> None:
+        self.conn.execute("DELETE FROM meta WHERE name = ?", [name])
 
     def count(self, table: TableId) -> int:
         """The table's present rows."""

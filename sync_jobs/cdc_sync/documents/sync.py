@@ -8,41 +8,58 @@ server with one bulk request per chunk, all at the documents' version: the highe
 applied so far, so a later render (from a newer state) always overwrites an earlier one and
 never the reverse (`external_gte`). The source database serves none of it.
 
+An index is built anew, in a new concrete index behind its alias, when its spec or mapping
+changed (every root rendered from the state, then the alias moved), and when a new state starts
+beside an index it did not write (a new checkpoint replaying the topics): readers keep the old
+index while the replay fills the new one, and the alias moves at the first batch that ends the
+backlog. A state that does not belong to its checkpoint is refused (`documents.checkpoint`).
+
 Memory: a chunk's roots with their nested rows, plus the batch's changed rows and the ids of the
 roots they reach (the pending roots themselves wait in the state, not in memory).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from cdc_sync.core.logs import CONSOLE
 from cdc_sync.core.model import Change, Coordinates, Op, TableId, Truncate
+from cdc_sync.documents.builds import (
+    Build,
+    building_key,
+    caught_up,
+    fingerprint,
+    fingerprint_key,
+    planned,
+    snapshot_rows_only,
+)
+from cdc_sync.documents.checkpoint import state_fits_checkpoint
 from cdc_sync.documents.comparisons import TableTypes, schema_types
 from cdc_sync.documents.fanout import affected_roots
 from cdc_sync.documents.render import render
+from cdc_sync.documents.rows import Row
 from cdc_sync.documents.state import Changed, DocumentState, Entry
 from cdc_sync.documents.target import document_route
 from cdc_sync.mapping import MappingFile, TableRoute
 from cdc_sync.relations import DocumentSpec
-from cdc_sync.schema import RowSchema
+from cdc_sync.schema import RowSchema, from_json_value
 from cdc_sync.shape.changes import filter_flags
 from cdc_sync.sinks.base import WriteResult
 from cdc_sync.sinks.documents import json_document
 from cdc_sync.sinks.search.actions import BulkAction
+from cdc_sync.source.checkpoint import query_id
 
 log = logging.getLogger(__name__)
 console = logging.getLogger(CONSOLE)
 
-STATE_FILE = "documents/state.sqlite"
-# The key of a table's full, filled changes among a write's deferred changes (job.table_writes).
+STATE_FILE = "state.sqlite"  # in the document consumer's checkpoint (job.consumers)
+# The key of a table's full, filled changes among a write's deferred changes
+# (job.write.table_writes).
 DOCUMENTS_DEFERRED = "documents"
 CHUNK = 1000  # roots rendered and written per bulk request
 
@@ -54,13 +71,11 @@ class DocumentWriter(Protocol):
 
     def holds(self, alias: str) -> bool: ...
 
+    def index_exists(self, index: str) -> bool: ...
+
     def next_generation(self, route: TableRoute) -> str: ...
 
     def promote(self, alias: str, index: str) -> None: ...
-
-    def highest_version(self, alias: str) -> int:
-        """The highest document version behind `alias` (0 when empty or absent)."""
-        ...
 
     def write_documents(self, alias: str, actions: Sequence[BulkAction]) -> WriteResult: ...
 
@@ -77,6 +92,10 @@ class DocumentResult:
         return {name: result for name, result in self.writes.items() if result.failures}
 
 
+class StateMisfit(RuntimeError):
+    """The documents' state does not belong to the checkpoint beside it (the reason says why)."""
+
+
 class DocumentSync:
     def __init__(
         self,
@@ -85,17 +104,24 @@ class DocumentSync:
         search: DocumentWriter,
         chunk: int = CHUNK,
         full_batch: int | None = None,
+        *,
+        names: Collection[str] | None = None,
+        checkpoint: Path | None = None,
     ) -> None:
         """`full_batch`: records a batch holds at most (the source's maxOffsetsPerTrigger): a
         full batch of snapshot rows has more behind it, so its roots wait for the batch that
         ends the backlog and render once (an initial build renders a root once, not once per
-        table and batch that reaches it)."""
+        table and batch that reaches it); a build behind the alias ends at the first batch that
+        is not full. `names`: the documents this instance keeps (default: every one), each
+        instance with its own state file. `checkpoint`: the streaming query's checkpoint the
+        state belongs to (`ensure_targets` refuses a state that does not)."""
         self.full_batch = full_batch
         self.mapping = mapping
-        self.specs = dict(mapping.documents)
+        self.specs = _chosen(mapping, names)
         self.state = DocumentState(state_path, self.specs.values())
         self.search = search
         self.chunk = chunk
+        self.checkpoint = checkpoint
         self.tables = frozenset(t for spec in self.specs.values() for t in spec.tables())
 
     @classmethod
@@ -105,48 +131,80 @@ class DocumentSync:
         checkpoint: Path,
         search: DocumentWriter,
         full_batch: int | None = None,
+        names: Collection[str] | None = None,
     ) -> DocumentSync:
-        return cls(mapping, checkpoint / STATE_FILE, search, full_batch=full_batch)
+        """The state in `<checkpoint>/state.sqlite`, refused at start unless it belongs to that
+        checkpoint."""
+        return cls(
+            mapping,
+            checkpoint / STATE_FILE,
+            search,
+            full_batch=full_batch,
+            names=names,
+            checkpoint=checkpoint,
+        )
 
     def ensure_targets(
         self,
         schemas: Mapping[TableId, RowSchema],
         types: Mapping[TableId, TableTypes] | None = None,
     ) -> None:
-        """Each document index, before the stream starts: created (its mapping typed from
-        `schemas`); built from the state when the state already holds its rows; rebuilt into a
-        new concrete index behind the alias when its spec changed since the state last wrote
-        it. A build renders every root from the state, then points the alias at it. Rows join
-        and sort by the columns' Postgres `types` (`comparisons.catalog_types`; without them,
-        as their kinds in `schemas` suggest)."""
+        """Each document index, before the stream starts, made, built anew or its build
+        resumed as `builds.planned` decides (`schemas`: the document tables', from the
+        catalog: the index mapping's field types, the filter's column types). A state that does
+        not belong to the checkpoint is refused first (`StateMisfit`). Rows join and sort by
+        the columns' Postgres `types` (`comparisons.catalog_types`; without them, as their
+        kinds in `schemas` suggest)."""
+        if self.checkpoint is not None:
+            reason = state_fits_checkpoint(self.checkpoint, self.state.path)
+            if reason is not None:
+                raise StateMisfit(
+                    f"documents {', '.join(self.specs)}: {reason}; the job does not render "
+                    "documents from it: start them on a new checkpoint, which rebuilds them "
+                    "from the topics behind their alias"
+                )
         self.state.use_types({**schema_types(schemas), **(types or {})})
         for name, spec in self.specs.items():
             route = document_route(spec, schemas, self.mapping.policies_for(spec.table))
-            fingerprint = _fingerprint(spec, route)
-            key = f"fingerprint:{name}"
-            held = self.search.holds(spec.index)
-            if self.state.meta(key) is None and held:
-                # A new state (a new checkpoint replaying the topics) beside an index written
-                # before: its documents carry versions this state has not reached yet, and every
-                # render must overwrite them (a delete of a root included), so start above.
-                with self.state.transaction():
-                    self.state.raise_version(self.search.highest_version(spec.index))
-            stale = self.state.meta(key) not in (None, fingerprint)
-            if self.state.count(spec.table) and (stale or not held):
-                self._build(name, spec, route)
-            else:
+            written = fingerprint(spec, route)
+            building = self.state.meta(building_key(name))
+            build = planned(
+                written,
+                self.state.meta(fingerprint_key(name)),
+                building,
+                building is not None and self.search.index_exists(building),
+                self.search.holds(spec.index),
+                self.state.count(spec.table) > 0,
+            )
+            if build is Build.IN_PLACE:
                 self.search.ensure_target(route, None)
+            elif build is not Build.RESUME:
+                promote = build is Build.BUILD_NOW
+                self._build(name, spec, route, schemas.get(spec.table), promote)
             with self.state.transaction():
-                self.state.set_meta(key, fingerprint)
+                self.state.set_meta(fingerprint_key(name), written)
 
-    def _build(self, name: str, spec: DocumentSpec, route: TableRoute) -> None:
-        """Every root rendered from the state into a new concrete index, then the alias moved
-        to it: readers see the old documents until the new index is whole."""
+    def _build(
+        self,
+        name: str,
+        spec: DocumentSpec,
+        route: TableRoute,
+        root: RowSchema | None,
+        promote: bool,
+    ) -> None:
+        """Every root rendered from the state into a new concrete index (the filter evaluated
+        anew over every root row: the spec's may have changed), which the alias points at
+        now (`promote`), or once the state has caught up: readers see the old documents until
+        the new index is whole."""
         index = self.search.next_generation(route)
+        with self.state.transaction():
+            self.state.set_meta(building_key(name), index)
         total = self.state.count(spec.table)
         started, done = time.monotonic(), 0
         version = self.state.version()
         for chunk in self.state.present_ids(spec.table, self.chunk):
+            if spec.filter is not None:
+                self._filter_state(name, spec, root, self.state.rows(spec.table, chunk))
             actions = self._actions(name, spec, chunk, version)
             written = self.search.write_documents(index, [a for a in actions if a.op == "index"])
             if written.failures:
@@ -164,47 +222,63 @@ class DocumentSync:
                 index,
                 done / max(time.monotonic() - started, 1e-6),
             )
-        self.search.promote(spec.index, index)
         self.state.rendered(name)  # everything pending is in the new index now
+        if promote:
+            self._promote(name, spec, index)
+
+    def _promote(self, name: str, spec: DocumentSpec, index: str) -> None:
+        self.search.promote(spec.index, index)
+        with self.state.transaction():
+            self.state.clear_meta(building_key(name))
 
     def apply(
         self,
         truncates: Sequence[Truncate],
         changes: Mapping[TableId, Sequence[Change]],
         records: int = 0,
+        batch_id: int | None = None,
     ) -> DocumentResult:
-        """The batch's TRUNCATEs (applied first: the batch's changes are newer) and its changes
-        (per document table: one per key, full rows, filled) into the state; then every pending
-        root rendered and written, unless the batch is a full one of snapshot rows that ends no
-        table's snapshot (`records`: the batch's; see `full_batch`)."""
-        truncates = [t for t in truncates if t.table in self.tables]
+        """The batch's TRUNCATEs (applied first: the batch's changes are newer; a snapshot's
+        end as its table's `on_snapshot_end` says) and its changes (per document table: one per
+        key, full rows, filled) into the state, with `batch_id` (the streaming query's); then
+        every pending root rendered and written, unless the batch is a full one of snapshot rows
+        that ends no table's snapshot (`records`: the batch's; see `full_batch`). A build behind
+        the alias ends at the first batch that ends the backlog."""
+        truncates = [
+            t
+            for t in truncates
+            if t.table in self.tables and self.mapping.policies_for(t.table).applies(t)
+        ]
         changes = {t: list(found) for t, found in changes.items() if t in self.tables and found}
-        if truncates or changes:
-            self._merge(truncates, changes)
-        if self._snapshot_continues(truncates, changes, records):
+        if truncates or changes or batch_id is not None:
+            self._merge(truncates, changes, batch_id)
+        full = self.full_batch is not None and records >= self.full_batch
+        snapshot_rows = snapshot_rows_only(truncates, changes)
+        if full and snapshot_rows:
             return DocumentResult()
-        return self._render_pending()
-
-    def _snapshot_continues(
-        self,
-        truncates: Sequence[Truncate],
-        changes: Mapping[TableId, Sequence[Change]],
-        records: int,
-    ) -> bool:
-        if self.full_batch is None or records < self.full_batch or truncates or not changes:
-            return False
-        found = [c for batch in changes.values() for c in batch]
-        return all(c.op is Op.READ and not c.ends_snapshot for c in found)
+        result = self._render_pending()
+        if caught_up(full, snapshot_rows):
+            for name, spec in self.specs.items():
+                building = self.state.meta(building_key(name))
+                if building is not None:
+                    self._promote(name, spec, building)
+        return result
 
     def close(self) -> None:
         self.state.close()
 
     def _merge(
-        self, truncates: Sequence[Truncate], changes: Mapping[TableId, Sequence[Change]]
+        self,
+        truncates: Sequence[Truncate],
+        changes: Mapping[TableId, Sequence[Change]],
+        batch_id: int | None,
     ) -> None:
         versions = [c.version for found in changes.values() for c in found]
         versions += [t.version for t in truncates]
         with self.state.transaction():
+            if batch_id is not None:
+                checkpoint = self.checkpoint
+                self.state.record_batch(batch_id, query_id(checkpoint) if checkpoint else None)
             changed: dict[TableId, Changed] = {}
             for truncate in truncates:
                 changed.setdefault(truncate.table, Changed()).add(
@@ -215,19 +289,45 @@ class DocumentSync:
                 changed.setdefault(table, Changed()).add(merged)
             for name, spec in self.specs.items():
                 if spec.filter is not None and spec.table in changes:
-                    self._filter_roots(name, spec, changes[spec.table])
+                    self._filter_changes(name, spec, changes[spec.table])
                 self.state.add_pending(name, affected_roots(spec, changed, self.state))
             self.state.raise_version(max(versions, default=0))
 
-    def _filter_roots(self, name: str, spec: DocumentSpec, changes: Sequence[Change]) -> None:
-        """Which of the batch's root rows match the document's filter (SQL over the full row)."""
+    def _filter_changes(self, name: str, spec: DocumentSpec, changes: Sequence[Change]) -> None:
+        """Which of the batch's root rows match the document's filter."""
         live = [c for c in changes if c.row is not None]
         schema = next((c.schema for c in reversed(live) if c.schema is not None), None)
-        if schema is None or not live or spec.filter is None:
-            return
+        if schema is not None and live:
+            rows = [c.row for c in live if c.row is not None]
+            self._match(name, spec, schema, [c.doc_id for c in live], rows)
+
+    def _filter_state(
+        self, name: str, spec: DocumentSpec, schema: RowSchema | None, rows: Sequence[Row]
+    ) -> None:
+        """Which of these root rows, as the state keeps them (JSON), match the filter."""
+        if schema is None:
+            raise ValueError(
+                f"{self.mapping.document_filter_path(name)}: no schema of {spec.table} to "
+                "evaluate the filter over its rows with"
+            )
+        typed = [
+            {c.name: from_json_value(c.type, row.doc.get(c.name)) for c in schema.columns}
+            for row in rows
+        ]
+        self._match(name, spec, schema, [row.id for row in rows], typed)
+
+    def _match(
+        self,
+        name: str,
+        spec: DocumentSpec,
+        schema: RowSchema,
+        ids: Sequence[str],
+        rows: Sequence[Mapping[str, Any]],
+    ) -> None:
+        """The filter (SQL over each full root row, decoded values) decides which match."""
+        assert spec.filter is not None
         filters = [(self.mapping.document_filter_path(name), spec.filter)]
-        flags = filter_flags(schema, [c.row for c in live if c.row is not None], filters)
-        ids = [c.doc_id for c in live]
+        flags = filter_flags(schema, rows, filters)
         self.state.set_matching(
             name,
             [ident for ident, ok in zip(ids, flags, strict=True) if ok],
@@ -238,9 +338,11 @@ class DocumentSync:
         result = DocumentResult()
         version = self.state.version()
         for name, spec in self.specs.items():
+            # Into the index being built behind the alias, if there is one.
+            target = self.state.meta(building_key(name)) or spec.index
             for chunk in self.state.pending(name, self.chunk):
                 actions = self._actions(name, spec, chunk, version)
-                written = self.search.write_documents(spec.index, actions)
+                written = self.search.write_documents(target, actions)
                 result.writes[name] = result.writes.get(name, WriteResult()).merge(written)
                 result.rendered += len(actions)
             self.state.rendered(name)
@@ -261,11 +363,14 @@ class DocumentSync:
         ]
 
 
-def _fingerprint(spec: DocumentSpec, route: TableRoute) -> str:
-    """What a document index's contents depend on: its spec and its index mapping."""
-    mapping = route.search.mapping if route.search is not None else {}
-    text = json.dumps([repr(spec), mapping], sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()
+def _chosen(mapping: MappingFile, names: Collection[str] | None) -> dict[str, DocumentSpec]:
+    if names is None:
+        return dict(mapping.documents)
+    unknown = sorted(set(names) - set(mapping.documents))
+    if unknown:
+        known = ", ".join(sorted(mapping.documents)) or "none"
+        raise ValueError(f"{mapping.path}: no document {', '.join(unknown)} (documents: {known})")
+    return {name: mapping.documents[name] for name in names}
 
 
 def document_action(

@@ -36,6 +36,14 @@ def spark_settings(app_name: str, shuffle_partitions: int) -> dict[str, str]:
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.sql.streaming.stopGracefullyOnShutdown": "true",
+        # One streaming query per consumer of the log (job.consumers), each in a pool of its
+        # own: a large batch of one consumer shares the executors instead of queueing the
+        # others' tasks behind its own.
+        "spark.scheduler.mode": "FAIR",
+        # Each query starts a Python process for its source (Python Data Source) at once; a
+        # busy machine took longer than the default 15 s for them to connect back (seen with
+        # four queries starting under load), which failed the query.
+        "spark.python.authenticate.socketTimeout": "120s",
     }
     if master is not None:
         settings["spark.master"] = master

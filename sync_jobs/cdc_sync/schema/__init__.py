@@ -11,7 +11,7 @@ from cdc_sync.schema.arrow import arrow_type, arrow_value
 from cdc_sync.schema.connect import column_type_from_connect, row_schema_from_connect
 from cdc_sync.schema.search import search_field_mapping
 from cdc_sync.schema.unavailable import UNAVAILABLE_VALUE
-from cdc_sync.schema.values import convert_row, convert_value, to_json_value
+from cdc_sync.schema.values import convert_row, convert_value, from_json_value, to_json_value
 
 __all__ = [
     "UNAVAILABLE_VALUE",
@@ -25,6 +25,7 @@ __all__ = [
     "column_type_from_connect",
     "convert_row",
     "convert_value",
+    "from_json_value",
     "row_schema_from_connect",
     "search_field_mapping",
     "to_json_value",

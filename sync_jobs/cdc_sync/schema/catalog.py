@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
+from psycopg import sql
 
 from cdc_sync.core.model import TableId
 from cdc_sync.core.types import (
@@ -78,13 +79,16 @@ class CatalogColumn:
     element_category: str | None
     typmod: int
     not_null: bool
+    # A stored generated column (`GENERATED ALWAYS AS (...) STORED`): pgoutput publishes it
+    # only from Postgres 18 on, with `publish_generated_columns` (job.write.generated).
+    generated: bool = False
 
 
 _COLUMNS_SQL = """
 SELECT a.attname,
        bt.typname, bt.typcategory,
        et.typname, et.typcategory,
-       a.atttypmod, a.attnotnull
+       a.atttypmod, a.attnotnull, a.attgenerated = 's'
 FROM pg_attribute a
 JOIN pg_type t ON t.oid = a.atttypid
 JOIN pg_type bt ON bt.oid = CASE WHEN t.typtype = 'd' THEN t.typbasetype ELSE t.oid END
@@ -94,8 +98,14 @@ ORDER BY a.attnum
 """
 
 
+def quoted(table: TableId) -> str:
+    """`"schema"."table"`, every quote doubled: the table's name as SQL text (for `::regclass`,
+    or to show in a statement to run)."""
+    return sql.Identifier(table.schema, table.table).as_string()
+
+
 def catalog_columns(conn: psycopg.Connection[Any], table: TableId) -> list[CatalogColumn]:
-    rows = conn.execute(_COLUMNS_SQL, (f'"{table.schema}"."{table.table}"',)).fetchall()
+    rows = conn.execute(_COLUMNS_SQL, (quoted(table),)).fetchall()
     return [CatalogColumn(*row) for row in rows]
 
 
@@ -172,7 +182,7 @@ def primary_key_columns(conn: psycopg.Connection[Any], table: TableId) -> list[s
         WHERE i.indrelid = %s::regclass AND i.indisprimary
         ORDER BY array_position(i.indkey::int2[], a.attnum)
         """,
-        (f'"{table.schema}"."{table.table}"',),
+        (quoted(table),),
     ).fetchall()
     return [row[0] for row in rows]
 

@@ -1,4 +1,4 @@
-"""Connect JSON values -> Python values of a column's type, and back to JSON-safe values.
+"""Connect JSON values -> Python values of a column's type, to JSON-safe values and back.
 
 Python values in a converted row: bool, int, float, str, bytes, Decimal, date, datetime (naive
 for TIMESTAMP, UTC-aware for TIMESTAMP_TZ), str for TIME ("HH:MM:SS[.ffffff]"), JSON and UUID
@@ -12,7 +12,7 @@ import base64
 import binascii
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 from typing import Any
@@ -196,3 +196,27 @@ def to_json_value(column_type: ColumnType, value: Any) -> Any:
         # JSON has no NaN/Infinity: their text as Postgres and Debezium write it (not "inf").
         return "NaN" if math.isnan(value) else "Infinity" if value > 0 else "-Infinity"
     return value
+
+
+def from_json_value(column_type: ColumnType, value: Any) -> Any:
+    """The converted value a JSON document holds (`to_json_value` undone): rows kept as JSON
+    (the documents' state) back in the types SQL over them expects. A JSON column comes back as
+    its JSON re-serialized, not the exact text Postgres held."""
+    if value is None:
+        return None
+    if column_type.kind is TypeKind.ARRAY and column_type.element is not None:
+        return [from_json_value(column_type.element, item) for item in value]
+    parse = _FROM_JSON.get(column_type.kind)
+    return value if parse is None else parse(value)
+
+
+_FROM_JSON: dict[TypeKind, Callable[[Any], Any]] = {
+    TypeKind.FLOAT32: float,  # "NaN", "Infinity", "-Infinity" included
+    TypeKind.FLOAT64: float,
+    TypeKind.DECIMAL: lambda text: Decimal(str(text)),
+    TypeKind.DATE: date.fromisoformat,
+    TypeKind.TIMESTAMP: datetime.fromisoformat,
+    TypeKind.TIMESTAMP_TZ: lambda text: datetime.fromisoformat(text).astimezone(UTC),
+    TypeKind.BYTES: lambda text: base64.b64decode(text, validate=True),
+    TypeKind.JSON: lambda value: json.dumps(value, ensure_ascii=False),
+}

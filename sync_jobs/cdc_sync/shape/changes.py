@@ -6,13 +6,17 @@ and batch, whatever the number of sinks and expressions.
   fenced like any delete, so a row that stopped matching leaves the sink and a stale change
   cannot bring it back. (A delete carries only the key, so a row that never matched gets a
   delete too: harmless, a tombstone of a row the sink never held.) The filter reads the whole
-  row: the job fills unchanged TOAST values from Postgres (`job.unavailable`) before this.
-- Soft deletes (`on_delete: soft`): the delete becomes a write, at the delete's version, of the
-  key and the markers (deleted, commit time) that keeps every other stored field (the sinks'
-  unchanged-TOAST merge); every other write clears the markers, so a re-insert un-deletes and a
-  stale update (older version) is fenced as always. A tombstone without a version (its delete
-  event was in an earlier batch, or compacted away) leaves a soft-delete sink as it is: it has
-  no version to write at, and the delete event before it already marked the row.
+  row: the job fills unchanged TOAST values from Postgres (`job.write.unavailable`) before this.
+- Soft deletes (`on_delete: soft`): the delete becomes a mark (`Change.marks_deleted`), at the
+  delete's version, of the markers (deleted, commit time): a conditional write that each sink
+  applies over the row it holds, keeping its stored fields, and otherwise as the plain delete
+  (a row the sink never held, or that its filter excluded, is not marked). When the batch held
+  the deleted row whole (`Change.deleted_row`, job.decode.fold), it decides: a row that had left the
+  filter is deleted, not marked, and a matching one is marked as it was last (shaped), not as
+  the sink held it. Every other write clears the markers, so a re-insert un-deletes and a stale
+  update (older version) is fenced as always. A tombstone without a version (its delete event
+  was in an earlier batch, or compacted away) leaves a soft-delete sink as it is: it has no
+  version to write at, and the delete event before it already marked the row.
 """
 
 from __future__ import annotations
@@ -20,7 +24,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import pyarrow as pa
@@ -75,39 +78,65 @@ def sink_changes(
     routed = [projection.route(change) for change in changes]
     if all(shape.plain for shape in shapes.values()):
         return {sink: routed for sink in shapes}
-    values = _evaluated(shapes, schema, changes)
+    soft = any(shape.soft for shape in shapes.values())
+    # A soft delete whose deleted row the batch held is shaped from that row, as a write is.
+    written = [_as_written(change, schema) if soft else change for change in changes]
+    values = _evaluated(shapes, schema, written)
     secrets = {s.sink: s.hash.secret() for s in shapes.values() if s.hash is not None}
     shaped: dict[str, list[Change]] = {}
     for sink, shape in shapes.items():
         if shape.plain:
             shaped[sink] = routed
             continue
-        soft = shape.soft and schema is not None  # a soft delete keeps the sink's other fields
-        sink_fields = sink_schema(projection, shape, schema) if soft and schema else None
+        # A mark of the key alone keeps the sink's other fields: these.
+        sink_fields = (
+            sink_schema(projection, shape, schema) if shape.soft and schema is not None else None
+        )
         by_schema: dict[int, _Fields] = {}
         out = []
-        for index, (change, routed_change) in enumerate(zip(changes, routed, strict=True)):
-            if routed_change.row is None:
-                if not (shape.soft and routed_change.is_unversioned):
-                    out.append(_deleted(projection, shape, routed_change, sink_fields))
-            elif FILTER_PREFIX + sink in values and not values[FILTER_PREFIX + sink][index]:
+        for index, (change, routed_change) in enumerate(zip(written, routed, strict=True)):
+            matches = FILTER_PREFIX + sink not in values or values[FILTER_PREFIX + sink][index]
+            if routed_change.row is None and not (shape.soft and change.row is not None):
+                if not shape.soft:
+                    out.append(routed_change)
+                elif not routed_change.is_unversioned:
+                    out.append(_marked_key(projection, shape, routed_change, sink_fields))
+            elif not matches:
                 out.append(leave(routed_change))
             else:
                 computed = {
                     name: values[f"{COMPUTED_PREFIX}{sink}__{name}"][index]
                     for name in shape.computed
                 }
+                whole = projection.route(change) if routed_change.row is None else routed_change
                 # Changes of one schema share its object (the accepted schema): one lookup.
                 fields = by_schema.get(id(change.schema))
                 if fields is None:
-                    fields = by_schema[id(change.schema)] = _fields(
-                        shape, routed_change.schema, values
-                    )
-                out.append(
-                    _shaped(shape, fields, change, routed_change, computed, secrets.get(sink))
-                )
+                    fields = by_schema[id(change.schema)] = _fields(shape, whole.schema, values)
+                row = _shaped(shape, fields, change, whole, computed, secrets.get(sink))
+                out.append(row if routed_change.row is not None else _marked(shape, row))
         shaped[sink] = out
     return shaped
+
+
+def _as_written(change: Change, schema: RowSchema | None) -> Change:
+    """A delete whose deleted row the batch held whole, as the write of that row (at the
+    delete's version): the filter reads it and, when it matches, the mark carries it shaped."""
+    if not change.is_delete or change.deleted_row is None or change.is_unversioned:
+        return change
+    return dataclasses.replace(change, row=change.deleted_row, schema=schema)
+
+
+def _marked(shape: SinkShape, row: Change) -> Change:
+    """A shaped row (its markers cleared) as the mark of its delete."""
+    assert row.row is not None
+    return dataclasses.replace(
+        row,
+        op=Op.UPDATE,
+        row={**row.row, **shape.mark(row.source_ts_ms)},
+        marks_deleted=True,
+        deleted_row=None,
+    )
 
 
 def leave(change: Change) -> Change:
@@ -235,28 +264,22 @@ def _shaped(
     )
 
 
-def _deleted(
+def _marked_key(
     projection: Projection, shape: SinkShape, delete: Change, fields: RowSchema | None
 ) -> Change:
-    """A delete as the sink takes it: as it is, or (soft) a write of the key and the markers
-    at the delete's version that keeps every other stored field."""
-    if not shape.soft:
-        return delete
+    """A soft delete whose deleted row the batch did not hold: the mark of the key, at the
+    delete's version, that keeps every other stored field (the sink's row, if it holds one)."""
     deleted, at = shape.markers
     keys = {projection.rename.get(name, name): value for name, value in delete.key}
-    when = (
-        None
-        if delete.source_ts_ms is None
-        else datetime.fromtimestamp(delete.source_ts_ms / 1000, tz=UTC)
-    )
     known = {c.name: c.type for c in fields.columns} if fields is not None else {}
     key_columns = tuple(Column(name, known[name]) for name in keys if name in known)
     others = frozenset(known) - keys.keys() - {deleted, at}
     return dataclasses.replace(
         delete,
         op=Op.UPDATE,
-        row={**keys, deleted: True, at: when},
+        row={**keys, **shape.mark(delete.source_ts_ms)},
         unavailable_columns=others,
         uncertain_columns=frozenset(),
         schema=RowSchema((*key_columns, *shape.marker_columns())),
+        marks_deleted=True,
     )

@@ -11,7 +11,9 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from enum import StrEnum
+from typing import Any
 
 from cdc_sync.core.errors import ConfigError, FieldReader
 from cdc_sync.core.types import Column, ColumnType, TypeKind
@@ -107,6 +109,12 @@ class SinkShape:
     def marker_columns(self) -> tuple[Column, ...]:
         deleted, at = self.markers
         return (Column(deleted, DELETED_TYPE), Column(at, DELETED_AT_TYPE)) if self.soft else ()
+
+    def mark(self, source_ts_ms: int | None) -> dict[str, Any]:
+        """The markers of a row deleted at commit time `source_ts_ms` (None: unknown)."""
+        deleted, at = self.markers
+        when = None if source_ts_ms is None else datetime.fromtimestamp(source_ts_ms / 1000, UTC)
+        return {deleted: True, at: when}
 
     def keeps(self, name: str) -> bool:
         """Whether the sink holds field `name` (after `columns` and `drop`)."""

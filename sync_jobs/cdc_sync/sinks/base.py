@@ -44,11 +44,13 @@ class Sink(Protocol):
         """Create the index/table or evolve it to `schema` (idempotent, no data writes)."""
 
     def apply(self, route: TableRoute, changes: Sequence[Change]) -> WriteResult:
-        """Write compacted, routed changes; per-record terminal failures come back in the result."""
+        """Write compacted, routed changes; per-record terminal failures come back in the result.
+        A soft delete's mark (`Change.marks_deleted`) goes over the row held, else deletes."""
 
     def truncate(self, route: TableRoute, truncate: Truncate) -> int:
         """Remove the table's rows older than `truncate` (`sinks.truncates`): fenced, a row
-        written by a later change stays. Returns the rows removed."""
+        written by a later change stays; a snapshot's end in a soft-delete sink marks them
+        instead. Returns the rows removed (or marked)."""
 
     def record_watermark(self, routes: Mapping[str, TableRoute], position: int) -> None:
         """Store `position` (a WAL position) as the applied watermark of each topic in `routes`

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Protocol, TypeVar
 
@@ -12,12 +13,19 @@ from cdc_sync.connectors.ops import load_target
 from cdc_sync.core.kafka_clients import consumer_config
 from cdc_sync.core.settings import Connections
 from cdc_sync.debezium.database import SourceMismatch
-from cdc_sync.job.checkpoint import processed_offsets
-from cdc_sync.job.status_file import JobStatus, read_status
+from cdc_sync.job.consumers import plan_consumers, refuse_single_query_checkpoint
+from cdc_sync.job.observe.checkpoint import processed_offsets
+from cdc_sync.job.observe.status_file import JobStatus, read_status
 from cdc_sync.mapping import MappingFile
 from cdc_sync.status.broker import partition_status, record_count
 from cdc_sync.status.capture import connect_status, slot_status
-from cdc_sync.status.model import CaptureStatus, SlotStatus, Snapshot, Watermark
+from cdc_sync.status.model import (
+    CaptureStatus,
+    ConsumerSnapshot,
+    SlotStatus,
+    Snapshot,
+    Watermark,
+)
 from cdc_sync.status.process import job_alive
 
 T = TypeVar("T")
@@ -31,8 +39,8 @@ class WatermarkSource(Protocol):
 
 
 class StatusFileWatermarks:
-    """Watermarks from the job's status file: a table's mark holds for every sink routing it,
-    because the job records a batch only once every sink acknowledged it."""
+    """Watermarks from a consumer's status file: a table's mark holds for the consumer's sink,
+    because the consumer records a batch only once its sink acknowledged it."""
 
     def __init__(self, job: JobStatus | None) -> None:
         self.job = job
@@ -81,11 +89,11 @@ def gather(
     connector_file: Path | None,
     watermark_source: Callable[[JobStatus | None], WatermarkSource] = StatusFileWatermarks,
 ) -> Snapshot:
+    """`checkpoint_dir`: the root of the job's checkpoints, one per consumer of the log."""
     attempt = Attempts()
     # First: a database mismatch refuses the command before anything else is read.
     capture, slot = _capture(connections, connector_file or mapping.connector, attempt)
-    job = attempt("the job status file", lambda: read_status(checkpoint_dir))
-    processed = attempt("the checkpoint", lambda: processed_offsets(checkpoint_dir))
+    attempt("the checkpoint", lambda: refuse_single_query_checkpoint(checkpoint_dir))
     # librdkafka would print every failed connection attempt; the problem line says it once.
     kafka = consumer_config(
         connections.require("kafka_bootstrap"),
@@ -93,13 +101,33 @@ def gather(
         "cdc-sync-status",
         log_level=0,
     )
-    partitions = attempt(
-        "the broker",
-        lambda: partition_status(kafka, mapping.topics(), processed.offsets if processed else {}),
-    )
+    consumers = []
+    broker_answers = True
+    for consumer in plan_consumers(mapping, checkpoint_dir, check_layout=False):
+        where = consumer.checkpoint_dir
+        label = f"consumer {consumer.name}"
+        job = attempt(f"{label}: its status file", partial(read_status, where))
+        processed = attempt(f"{label}: its checkpoint", partial(processed_offsets, where))
+        partitions = None
+        if broker_answers:  # one timeout is enough
+            offsets = processed.offsets if processed else {}
+            partitions = attempt(
+                "the broker", partial(partition_status, kafka, consumer.mapping.topics(), offsets)
+            )
+            broker_answers = partitions is not None
+        consumers.append(
+            ConsumerSnapshot(
+                consumer.name,
+                str(where),
+                job,
+                tuple(partitions or ()),
+                tuple(watermark_source(job).watermarks()),
+                job_alive(job) if job is not None and job.state == "running" else None,
+            )
+        )
     dead_letters = (
         attempt("the dead-letter topic", lambda: record_count(kafka, mapping.dead_letter_topic))
-        if partitions is not None  # the broker answered: one timeout is enough
+        if broker_answers
         else None
     )
     return Snapshot(
@@ -108,13 +136,10 @@ def gather(
         checkpoint=str(checkpoint_dir),
         capture=capture,
         slot=slot,
-        partitions=tuple(partitions or ()),
-        watermarks=tuple(watermark_source(job).watermarks()),
+        consumers=tuple(consumers),
         dead_letter_topic=mapping.dead_letter_topic,
         dead_letters=dead_letters,
-        job=job,
         problems=tuple(attempt.problems),
-        job_alive=job_alive(job) if job is not None and job.state == "running" else None,
     )
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cdc_sync.job.status_file import JobStatus
+from cdc_sync.job.observe.status_file import JobStatus
 
 
 @dataclass(frozen=True)
@@ -60,21 +60,36 @@ class Watermark:
 
 
 @dataclass(frozen=True)
-class Snapshot:
-    taken_at: float  # wall-clock seconds
-    mapping: str
+class ConsumerSnapshot:
+    """One consumer of the log (job.consumers: a sink, or a document index): what its status
+    file and checkpoint say, and the broker's partitions against its processed offsets."""
+
+    name: str
     checkpoint: str
-    capture: CaptureStatus | None
-    slot: SlotStatus | None
-    partitions: tuple[PartitionStatus, ...]
-    watermarks: tuple[Watermark, ...]
-    dead_letter_topic: str
-    dead_letters: int | None  # records on the dead-letter topic; None when unreadable
-    job: JobStatus | None  # None: no status file beside the checkpoint
-    problems: tuple[str, ...] = ()  # what could not be read, and why
+    job: JobStatus | None  # None: no status file beside its checkpoint
+    partitions: tuple[PartitionStatus, ...] = ()
+    watermarks: tuple[Watermark, ...] = ()
     # Whether the job's process still runs (status.process); None: not known from this host.
     job_alive: bool | None = None
 
     @property
     def waiting(self) -> int:
         return sum(p.waiting for p in self.partitions)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    taken_at: float  # wall-clock seconds
+    mapping: str
+    checkpoint: str  # the root of the consumers' checkpoints
+    capture: CaptureStatus | None
+    slot: SlotStatus | None
+    consumers: tuple[ConsumerSnapshot, ...]
+    dead_letter_topic: str
+    dead_letters: int | None  # records on the dead-letter topic; None when unreadable
+    problems: tuple[str, ...] = ()  # what could not be read, and why
+
+    @property
+    def waiting(self) -> int:
+        """Records the slowest consumer has still to apply."""
+        return max((c.waiting for c in self.consumers), default=0)

@@ -6,7 +6,7 @@ import dataclasses
 from datetime import UTC, datetime
 from typing import Any
 
-from cdc_sync.status.model import Snapshot
+from cdc_sync.status.model import ConsumerSnapshot, PartitionStatus, Snapshot
 from cdc_sync.status.verdict import Verdict
 
 
@@ -55,33 +55,55 @@ def render(s: Snapshot, verdict: Verdict) -> str:
         "",
         f"capture   {_capture(s)}",
         f"slot      {_slot(s)}",
-        f"job       {_job(s)}",
-        f"sinks     {_sinks(s)}",
-        f"batch     {_batch(s)}",
-        f"stages    {_stages(s)}",
         f"dead letters  {'?' if s.dead_letters is None else s.dead_letters} record(s) "
         f"on {s.dead_letter_topic}",
-        "",
-        f"{'topic':<34} {'part':>4} {'end':>9} {'processed':>9} {'waiting':>8} {'oldest':>7}",
     ]
-    for p in s.partitions:
-        oldest = s.taken_at - p.oldest_waiting_ms / 1000 if p.oldest_waiting_ms else None
-        processed = "-" if p.processed_offset is None else str(p.processed_offset)
-        lines.append(
-            f"{p.topic:<34} {p.partition:>4} {p.end_offset:>9} {processed:>9} "
-            f"{p.waiting:>8} {age(oldest) if p.waiting else '-':>7}"
-        )
+    for c in s.consumers:
+        lines += [
+            "",
+            f"consumer {c.name}",
+            f"  job     {_job(s, c)}",
+            f"  sinks   {_sinks(c)}",
+            f"  batch   {_batch(s, c)}",
+            f"  stages  {_stages(c)}",
+        ]
+    lines += ["", *_partitions(s)]
     lines += [
         "",
         f"{'sink':<7} {'table':<26} {'version':>12} {'source commit (UTC)':>20} {'age':>7}",
     ]
-    for w in s.watermarks:
+    for w in (w for c in s.consumers for w in c.watermarks):
         committed = None if w.source_ts_ms is None else w.source_ts_ms / 1000
         lines.append(
             f"{w.sink:<7} {w.table:<26} {lsn(w.version):>12} {clock(committed):>20} "
             f"{age(None if committed is None else s.taken_at - committed):>7}"
         )
     return "\n".join(lines)
+
+
+def _partitions(s: Snapshot) -> list[str]:
+    """One row per topic partition: its end offset, then per consumer the records it has still
+    to process (`-`: the consumer does not read the topic) and how long the oldest waited."""
+    names = [c.name for c in s.consumers]
+    widths = [max(len(name), 7) for name in names]
+    header = f"{'topic':<34} {'part':>4} {'end':>9}"
+    header += "".join(f" {name:>{w}}" for name, w in zip(names, widths, strict=True))
+    rows = [header + f" {'oldest':>7}", f"{'':<49}records waiting per consumer"]
+    found: dict[tuple[str, int], dict[str, PartitionStatus]] = {}
+    for c in s.consumers:
+        for p in c.partitions:
+            found.setdefault((p.topic, p.partition), {})[c.name] = p
+    for (topic, partition), per_consumer in sorted(found.items()):
+        end = max(p.end_offset for p in per_consumer.values())
+        row = f"{topic:<34} {partition:>4} {end:>9}"
+        for name, width in zip(names, widths, strict=True):
+            held = per_consumer.get(name)
+            row += f" {'-' if held is None else held.waiting:>{width}}"
+        stamps = [p.oldest_waiting_ms for p in per_consumer.values() if p.waiting]
+        oldest = [stamp for stamp in stamps if stamp]
+        waited = s.taken_at - min(oldest) / 1000 if oldest else None
+        rows.append(row + f" {age(waited) if waited is not None else '-':>7}")
+    return rows
 
 
 def _capture(s: Snapshot) -> str:
@@ -113,12 +135,12 @@ def _slot(s: Snapshot) -> str:
     )
 
 
-def _job(s: Snapshot) -> str:
-    job = s.job
+def _job(s: Snapshot, c: ConsumerSnapshot) -> str:
+    job = c.job
     if job is None:
         return "no status file (the job has not run with this checkpoint)"
     state = job.state + (f" ({job.error})" if job.error else "")
-    if job.state == "running" and s.job_alive is False:  # killed: it never wrote "stopped"
+    if job.state == "running" and c.job_alive is False:  # killed: it never wrote "stopped"
         state = "not running (its process is gone; the status file still says running)"
     return (
         f"{state}, pid {job.pid} on {job.host}, last seen {age(s.taken_at - job.alive_at)} ago, "
@@ -126,11 +148,11 @@ def _job(s: Snapshot) -> str:
     )
 
 
-def _sinks(s: Snapshot) -> str:
-    if s.job is None or not s.job.sink_health:
+def _sinks(c: ConsumerSnapshot) -> str:
+    if c.job is None or not c.job.sink_health:
         return "-"
     parts = []
-    for name, health in sorted(s.job.sink_health.items()):
+    for name, health in sorted(c.job.sink_health.items()):
         state = str(health.get("state"))
         if state != "ok":
             state += f" since {clock(health.get('since'))} ({health.get('error_class')})"
@@ -138,8 +160,8 @@ def _sinks(s: Snapshot) -> str:
     return ", ".join(parts)
 
 
-def _batch(s: Snapshot) -> str:
-    batch = s.job.last_batch if s.job else None
+def _batch(s: Snapshot, c: ConsumerSnapshot) -> str:
+    batch = c.job.last_batch if c.job else None
     if batch is None:
         return "- (none yet)"
     return (
@@ -149,8 +171,8 @@ def _batch(s: Snapshot) -> str:
     )
 
 
-def _stages(s: Snapshot) -> str:
-    batch = s.job.last_batch if s.job else None
+def _stages(c: ConsumerSnapshot) -> str:
+    batch = c.job.last_batch if c.job else None
     if batch is None:
         return "-"
     return ", ".join(f"{name} {took:.2f} s" for name, took in batch.stages.items())
@@ -158,8 +180,10 @@ def _stages(s: Snapshot) -> str:
 
 def to_json(s: Snapshot, verdict: Verdict) -> dict[str, Any]:
     document = dataclasses.asdict(s)
-    for partition, p in zip(document["partitions"], s.partitions, strict=True):
-        partition["waiting"] = p.waiting
+    for consumer, c in zip(document["consumers"], s.consumers, strict=True):
+        consumer["waiting"] = c.waiting
+        for partition, p in zip(consumer["partitions"], c.partitions, strict=True):
+            partition["waiting"] = p.waiting
     return {
         "verdict": {"health": verdict.health.value, "reasons": list(verdict.reasons)},
         **document,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from cdc_sync.status.model import Snapshot
+from cdc_sync.status.model import ConsumerSnapshot, Snapshot
 
 
 class Health(StrEnum):
@@ -17,7 +17,7 @@ class Health(StrEnum):
 @dataclass(frozen=True)
 class Thresholds:
     max_lag_seconds: float = 30.0  # the oldest record not yet processed may wait this long
-    max_lag_records: int = 10_000  # records waiting across the job's topics
+    max_lag_records: int = 10_000  # records waiting for one consumer across its topics
     stale_after_seconds: float = 30.0  # a job silent this long is taken for dead
     max_slot_fraction: float = 0.8  # of max_slot_wal_keep_size the slot may retain
 
@@ -50,22 +50,31 @@ def judge(snapshot: Snapshot, thresholds: Thresholds) -> Verdict:
 
 def _stopped(s: Snapshot, t: Thresholds) -> list[str]:
     reasons = [f"cannot read {problem}" for problem in s.problems]
-    job = s.job
+    if not s.consumers:
+        reasons.append(f"the mapping {s.mapping} routes no table to any sink or document")
+    for consumer in s.consumers:
+        reasons += [f"{consumer.name}: {why}" for why in _consumer_stopped(s, consumer, t)]
+    reasons += _capture_stopped(s)
+    return reasons
+
+
+def _consumer_stopped(s: Snapshot, c: ConsumerSnapshot, t: Thresholds) -> list[str]:
+    job = c.job
+    reasons = []
     if job is None:
-        reasons.append(f"no job status beside checkpoint {s.checkpoint} (has the job run?)")
+        reasons.append(f"no status beside its checkpoint {c.checkpoint} (has the job run?)")
     elif job.state == "failed":
-        reasons.append(f"the job failed: {job.error}")
+        reasons.append(f"failed: {job.error}")
     elif job.state == "stopped":
-        reasons.append(f"the job stopped {_ago(s.taken_at - job.alive_at)}")
-    elif s.job_alive is False:
+        reasons.append(f"stopped {_ago(s.taken_at - job.alive_at)}")
+    elif c.job_alive is False:
         reasons.append(f"the job's process (pid {job.pid}) is gone (killed?)")
     elif s.taken_at - job.alive_at > t.stale_after_seconds:
-        reasons.append(f"the job has been silent for {s.taken_at - job.alive_at:.0f} s (killed?)")
+        reasons.append(f"silent for {s.taken_at - job.alive_at:.0f} s (killed?)")
     if job is not None and job.state == "running":
         for sink, health in sorted(job.sink_health.items()):
             if health.get("state") == "failed":
                 reasons.append(f"sink {sink} gave up ({health.get('error_class')})")
-    reasons += _capture_stopped(s)
     return reasons
 
 
@@ -95,24 +104,8 @@ def _capture_stopped(s: Snapshot) -> list[str]:
 
 def _lagging(s: Snapshot, t: Thresholds) -> list[str]:
     reasons = []
-    if s.job is not None and s.job.state == "running":
-        for sink, health in sorted(s.job.sink_health.items()):
-            if health.get("state") == "waiting":
-                reasons.append(
-                    f"sink {sink} is being retried ({health.get('error_class')}, "
-                    f"{health.get('failures')} failed attempt(s))"
-                )
-    if s.waiting > t.max_lag_records:
-        reasons.append(f"{s.waiting} records wait (over {t.max_lag_records})")
-    oldest = [p for p in s.partitions if p.waiting and p.oldest_waiting_ms is not None]
-    if oldest:
-        first = min(oldest, key=lambda p: p.oldest_waiting_ms or 0)
-        age = s.taken_at - (first.oldest_waiting_ms or 0) / 1000
-        if age > t.max_lag_seconds:
-            reasons.append(
-                f"a record has waited {age:.0f} s on {first.topic}[{first.partition}] "
-                f"(over {t.max_lag_seconds:g} s)"
-            )
+    for consumer in s.consumers:
+        reasons += [f"{consumer.name}: {why}" for why in _consumer_lagging(s, consumer, t)]
     slot = s.slot
     if slot is not None and slot.exists and slot.wal_status != "lost":
         if slot.wal_status == "unreserved":
@@ -125,6 +118,29 @@ def _lagging(s: Snapshot, t: Thresholds) -> list[str]:
             reasons.append(
                 f"replication slot {slot.name} retains {slot.retained_bytes / slot.keep_bytes:.0%}"
                 " of max_slot_wal_keep_size"
+            )
+    return reasons
+
+
+def _consumer_lagging(s: Snapshot, c: ConsumerSnapshot, t: Thresholds) -> list[str]:
+    reasons = []
+    if c.job is not None and c.job.state == "running":
+        for sink, health in sorted(c.job.sink_health.items()):
+            if health.get("state") == "waiting":
+                reasons.append(
+                    f"sink {sink} is being retried ({health.get('error_class')}, "
+                    f"{health.get('failures')} failed attempt(s))"
+                )
+    if c.waiting > t.max_lag_records:
+        reasons.append(f"{c.waiting} records wait (over {t.max_lag_records})")
+    oldest = [p for p in c.partitions if p.waiting and p.oldest_waiting_ms is not None]
+    if oldest:
+        first = min(oldest, key=lambda p: p.oldest_waiting_ms or 0)
+        age = s.taken_at - (first.oldest_waiting_ms or 0) / 1000
+        if age > t.max_lag_seconds:
+            reasons.append(
+                f"a record has waited {age:.0f} s on {first.topic}[{first.partition}] "
+                f"(over {t.max_lag_seconds:g} s)"
             )
     return reasons
 

@@ -45,6 +45,7 @@ from cdc_sync.sinks.redis import readback as cache_readback
 from cdc_sync.sinks.search import readback as search_readback
 from cdc_sync.sinks.search.backends import SearchBackend, open_backend
 from cdc_sync.verify.documents import DocumentOracle
+from cdc_sync.verify.soft_deletes import SoftDeleteSink
 
 Rows = dict[str, dict[str, Any]]  # doc id -> canonical row
 DOCUMENT_CHUNK = 500  # documents compared at a time
@@ -228,25 +229,41 @@ def source_keys(conn: psycopg.Connection[Any], table: TableId) -> dict[str, tupl
 
 
 def search_rows(backend: SearchBackend, route: TableRoute) -> Rows:
-    assert route.search is not None
-    held = search_readback.documents(backend, route.search.index)
-    return {ident: canonical_row(source) for ident, (_, source) in held.items()}
+    return canonical_rows(search_held(backend, route))
 
 
 def cache_rows(client: redis.Redis, route: TableRoute) -> Rows:
-    assert route.cache is not None
-    held = cache_readback.rows(client, route.cache, route.table)
-    return {ident: canonical_row(row) for ident, row in held.items()}
+    return canonical_rows(cache_held(client, route))
 
 
 def delta_rows(warehouse: Path, route: TableRoute, key: list[str]) -> Rows:
+    return canonical_rows(delta_held(warehouse, route, key))
+
+
+def canonical_rows(held: Rows) -> Rows:
+    return {ident: canonical_row(row) for ident, row in held.items()}
+
+
+def search_held(backend: SearchBackend, route: TableRoute) -> Rows:
+    """doc id -> `_source`, as the index holds it."""
+    assert route.search is not None
+    held = search_readback.documents(backend, route.search.index)
+    return {ident: source for ident, (_, source) in held.items()}
+
+
+def cache_held(client: redis.Redis, route: TableRoute) -> Rows:
+    """doc id -> the cached row, as the cache holds it."""
+    assert route.cache is not None
+    return cache_readback.rows(client, route.cache, route.table)
+
+
+def delta_held(warehouse: Path, route: TableRoute, key: list[str]) -> Rows:
+    """doc id -> the row's columns (metadata columns left out), as the table holds them."""
     assert route.delta is not None
     held = delta_readback.rows_by_id(warehouse, route.delta, [route.rename.get(k, k) for k in key])
     markers = SOFT_DELETE_COLUMNS["delta"]  # row columns of `on_delete: soft`, not metadata
     return {
-        ident: canonical_row(
-            {k: v for k, v in row.items() if not k.startswith("_cdc_") or k in markers}
-        )
+        ident: {k: v for k, v in row.items() if not k.startswith("_cdc_") or k in markers}
         for ident, row in held.items()
     }
 
@@ -256,26 +273,65 @@ class ShapedSource:
     rule (`cdc_sync.shape`: filters, computed / masked / hashed / dropped fields, markers)."""
 
     def __init__(
-        self, conn: psycopg.Connection[Any], route: TableRoute, key: list[str], plain: Rows
+        self,
+        conn: psycopg.Connection[Any],
+        route: TableRoute,
+        key: list[str],
+        plain: Rows,
+        modes: ConverterModes,
     ) -> None:
-        self.conn, self.route, self.key, self.plain = conn, route, key, plain
+        """`plain`: every row Postgres holds, routed (doc id -> canonical row)."""
+        self.conn, self.route, self.key, self.plain, self.modes = conn, route, key, plain, modes
         self._schema: RowSchema | None = None
         self._rows: list[dict[str, Any]] | None = None
 
-    def rows_for(self, sink: str, modes: ConverterModes) -> Rows:
+    def rows_for(self, sink: str) -> Rows:
         shape = self.route.shape(sink)
         if shape.plain:
             return self.plain
-        if self._schema is None or self._rows is None:
-            self._schema = row_schema_from_catalog(self.conn, self.route.table, modes)
-            self._rows = read_table(self.conn, self.route.table, self._schema.columns, modes)
-        shaped = sink_rows(self.route, shape, self.route.table, self._schema, self.key, self._rows)
+        schema, rows = self._read()
+        shaped = sink_rows(self.route, shape, self.route.table, schema, self.key, rows)
         return {ident: canonical_row(row) for ident, row in shaped.items()}
 
+    def compare(self, sink: str, held: Rows) -> SinkComparison:
+        """What `sink` holds (`held`: as the sink holds it) against what it should."""
+        shape = self.route.shape(sink)
+        gone = {
+            ident: row
+            for ident, row in held.items()
+            if ident not in self.plain and marked_deleted(shape, row)
+        }
+        misplaced = (
+            SoftDeleteSink(self.route, shape, self._read()[0]).misplaced(
+                self.conn, catalog_columns(self.conn, self.route.table), self.key, gone
+            )
+            if gone
+            else set()
+        )
+        return compare_sink(
+            self.route, sink, self.rows_for(sink), canonical_rows(held), self.plain, misplaced
+        )
 
-def compare_sink(route: TableRoute, sink: str, expected: Rows, actual: Rows) -> SinkComparison:
-    """`compare`, where a soft-deleted row (`on_delete: soft`) is expected exactly when
-    Postgres lacks it: marked rows are not extra, and a marked row Postgres holds differs."""
+    def _read(self) -> tuple[RowSchema, list[dict[str, Any]]]:
+        if self._schema is None or self._rows is None:
+            self._schema = row_schema_from_catalog(self.conn, self.route.table, self.modes)
+            self._rows = read_table(self.conn, self.route.table, self._schema.columns, self.modes)
+        return self._schema, self._rows
+
+
+def compare_sink(
+    route: TableRoute,
+    sink: str,
+    expected: Rows,
+    actual: Rows,
+    present: Collection[str] = frozenset(),
+    misplaced: Collection[str] = frozenset(),
+) -> SinkComparison:
+    """`compare`, where a soft-deleted row (`on_delete: soft`) is expected only where Postgres
+    lacks the row (`verify.soft_deletes`). `present`: the ids of every row Postgres holds; a
+    marked one differs when the sink should hold it live, and is extra when its filter
+    excludes it. `misplaced`: marked rows of keys Postgres lacks that the sink cannot have
+    marked (stubs, rows outside its filter): extra."""
     shape = route.shape(sink)
     marked = {ident for ident, row in actual.items() if marked_deleted(shape, row)}
     live = {ident: row for ident, row in actual.items() if ident not in marked}
@@ -287,9 +343,10 @@ def compare_sink(route: TableRoute, sink: str, expected: Rows, actual: Rows) -> 
         }
     result = compare(sink, expected, live)
     result.count = len(actual)
-    wrongly = sorted(marked & set(expected))
     result.missing = [ident for ident in result.missing if ident not in marked]
-    result.different = sorted({*result.different, *wrongly})
+    result.different = sorted({*result.different, *(marked & expected.keys())})
+    excluded = (marked & set(present)) - expected.keys()
+    result.extra = sorted({*result.extra, *excluded, *(marked & set(misplaced))})
     return result
 
 
@@ -395,6 +452,8 @@ def verify_all(
     modes = converter_modes(mapping.connector)
     try:
         with psycopg.connect(source.conninfo) as conn:
+            # Verify reads only; the filters it evaluates in Postgres (`soft_deletes`) too.
+            conn.read_only = True
             register_loaders(conn)
             for route in mapping.tables.values():
                 if tables is not None and route.table not in tables:
@@ -403,21 +462,18 @@ def verify_all(
                     continue  # only document indices hold its rows: checked with them below
                 expected = source_rows(conn, route)
                 key = primary_key(conn, route.table)
-                actual: list[tuple[str, Rows]] = []
+                held: list[tuple[str, Rows]] = []
                 if route.search is not None and "search" in wanted:
                     backend = search or open_backend(
                         connections.search_client, connections.require("search_url")
                     )
-                    actual.append(("search", search_rows(backend, route)))
+                    held.append(("search", search_held(backend, route)))
                 if route.cache is not None and cache is not None:
-                    actual.append(("cache", cache_rows(cache, route)))
+                    held.append(("cache", cache_held(cache, route)))
                 if route.delta is not None and "delta" in wanted:
-                    actual.append(("delta", delta_rows(warehouse, route, key)))
-                shaped = ShapedSource(conn, route, key, expected)
-                comparisons = [
-                    compare_sink(route, name, shaped.rows_for(name, modes), rows)
-                    for name, rows in actual
-                ]
+                    held.append(("delta", delta_held(warehouse, route, key)))
+                shaped = ShapedSource(conn, route, key, expected, modes)
+                comparisons = [shaped.compare(name, rows) for name, rows in held]
                 if route.delta is not None and route.delta.history and "delta" in wanted:
                     # A history's Delta shape is plain (mapping): its rows are the table's.
                     current, broken = history_rows(warehouse, route)

@@ -18,7 +18,12 @@ from cdc_sync.core.model import TableId
 from cdc_sync.debezium.connector import ConnectorFile, captured_tables
 from cdc_sync.mapping import MappingFile, TableRoute
 from cdc_sync.schema import ColumnType, RowSchema, SchemaConversionError, TypeKind
-from cdc_sync.schema.catalog import ConverterModes, primary_key_columns, row_schema_from_catalog
+from cdc_sync.schema.catalog import (
+    ConverterModes,
+    primary_key_columns,
+    quoted,
+    row_schema_from_catalog,
+)
 from cdc_sync.shape.checks import shape_problems
 from cdc_sync.sinks.search.backends import SearchBackend
 from cdc_sync.sinks.search.readback import field_types
@@ -113,9 +118,7 @@ def _check_table(
     conn: psycopg.Connection[Any], route: TableRoute, modes: ConverterModes, path: str
 ) -> list[Finding]:
     table = route.table
-    exists = conn.execute(
-        "SELECT to_regclass(%s)", (f'"{table.schema}"."{table.table}"',)
-    ).fetchone()
+    exists = conn.execute("SELECT to_regclass(%s)", (quoted(table),)).fetchone()
     if exists is None or exists[0] is None:
         return [Finding(path, f"table {table} does not exist in the source database")]
     findings: list[Finding] = []

@@ -2,7 +2,7 @@
 
 An application commits, reads `pg_current_wal_lsn()`, and calls :func:`wait_for_lsn` (or
 `cdc-sync wait --lsn`) with it. Each sink holds an applied watermark per topic, recorded by the
-job (`job.watermarks`): every transaction whose commit ends at or before it has been applied
+job (`job.observe.watermarks`): every transaction whose commit ends at or before it has been applied
 there. The wait is over once each named sink's watermark of every awaited topic reaches the
 position. Watermarks are read through each sink's `readback.watermarks`.
 """
@@ -187,11 +187,7 @@ def _reader(
     name: str, connections: Connections, mapping: MappingFile | None, stack: ExitStack
 ) -> SinkReader:
     topics = (
-        [
-            f"{mapping.topic_prefix}.{table}"
-            for table, route in mapping.tables.items()
-            if _serves(route, name)
-        ]
+        [mapping.topic(table) for table, route in mapping.tables.items() if _serves(route, name)]
         if mapping is not None
         else None
     )

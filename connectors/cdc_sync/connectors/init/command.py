@@ -21,8 +21,9 @@ from cdc_sync.connectors.init.render import (
     Plan,
     connector_json,
     mapping_yaml,
-    setup_sql,
+    table_notes,
 )
+from cdc_sync.connectors.init.setup import setup_sql
 from cdc_sync.connectors.init.survey import parse_patterns, survey
 from cdc_sync.core.errors import ConfigError
 from cdc_sync.core.settings import Connections, SettingsError
@@ -85,12 +86,17 @@ def init_main(argv: list[str]) -> int:
         where = describe_database(pg_url)
         raise SettingsError(f"--pg-url: cannot connect to {where}: {first}") from exc
     with conn:
-        found = survey(conn, patterns, MODES)
+        found = survey(conn, patterns, MODES, args.name)
     for flag in found.flags:
         print(f"left out: {flag}")
     if not found.captured:
         raise ConfigError("command line", "--tables", "no table left to capture (see above)")
     plan = Plan(args.name, found, args.sinks, os.path.relpath(connector, mapping.parent))
+    for facts in found.captured:
+        for note in table_notes(plan, facts)[1:]:  # the key is in the mapping
+            print(f"{facts.table}: {note}")
+    for line in plan.names.renamed(args.name):
+        print(line)
     files = {connector: connector_json(plan), mapping: mapping_yaml(plan), setup: setup_sql(plan)}
     if not write_files(files, args.force):
         return 1

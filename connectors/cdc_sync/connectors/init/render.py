@@ -10,18 +10,19 @@ from dataclasses import dataclass
 from typing import Any
 
 import yaml
+from psycopg import sql
 
+from cdc_sync.connectors.init.names import TableNames
 from cdc_sync.connectors.init.survey import (
     HEARTBEAT_TABLE,
     SIGNAL_TABLE,
     Flag,
     Survey,
     TableFacts,
-    qualified,
-    quote_ident,
 )
 from cdc_sync.core.model import TableId
 from cdc_sync.debezium.connector import REQUIRED
+from cdc_sync.names import include_entry, include_literal, same_but_case
 from cdc_sync.schema.catalog import ConverterModes
 from cdc_sync.schema.search import search_field_mapping
 
@@ -84,14 +85,28 @@ class Plan:
         """Every table the connector captures and the publication publishes."""
         return [*(f.table for f in self.survey.captured), self.signal, self.heartbeat]
 
+    @property
+    def names(self) -> TableNames:
+        """The index and Delta table each routed table gets (distinct: `init.names`)."""
+        return TableNames.of(self.name, [f.table for f in self.survey.captured])
+
+    def include_list(self) -> str:
+        """`table.include.list`: exactly the captured tables, their own case kept where another
+        table of the database differs by case alone (Debezium matches without case)."""
+        every = {f"{t.schema}.{t.table}" for t in self.survey.database_tables}
+        entries = []
+        for table in self.captured:
+            name = f"{table.schema}.{table.table}"
+            entries.append(include_entry(table, any(same_but_case(name, o) for o in every)))
+        return ",".join(entries)
+
 
 def connector_config(plan: Plan) -> dict[str, str]:
     schemas = sorted({t.schema for t in plan.captured})
-    heartbeat = (
-        f"INSERT INTO {qualified(plan.heartbeat)} (connector, beat_at) "
-        f"VALUES ('{plan.name}', now()) "
+    heartbeat = sql.SQL(
+        "INSERT INTO {} (connector, beat_at) VALUES ({}, now()) "
         "ON CONFLICT (connector) DO UPDATE SET beat_at = EXCLUDED.beat_at"
-    )
+    ).format(sql.Identifier(plan.heartbeat.schema, plan.heartbeat.table), plan.name)
     return {
         "connector.class": REQUIRED["connector.class"],
         "tasks.max": "1",
@@ -107,14 +122,16 @@ def connector_config(plan: Plan) -> dict[str, str]:
         # needs neither CREATE on the database nor ownership of the tables.
         "publication.autocreate.mode": "disabled",
         "slot.name": plan.slot,
-        "schema.include.list": ",".join(re.escape(s) for s in schemas),
-        "table.include.list": ",".join(re.escape(str(t)) for t in plan.captured),
+        "schema.include.list": ",".join(
+            include_literal(s, any(same_but_case(s, o) for o in schemas)) for s in schemas
+        ),
+        "table.include.list": plan.include_list(),
         "signal.data.collection": str(plan.signal),
         "notification.enabled.channels": "sink",
         "notification.sink.topic.name": f"{plan.name}.notifications",
         # Truncates too (Debezium skips them by default): the job then sees them.
         "skipped.operations": "none",
-        "heartbeat.action.query": heartbeat,
+        "heartbeat.action.query": heartbeat.as_string(),
         "key.converter": REQUIRED["key.converter"],
         "value.converter": REQUIRED["value.converter"],
         **JOB_SETTINGS,
@@ -125,24 +142,19 @@ def connector_json(plan: Plan) -> str:
     return json.dumps({"name": plan.name, "config": connector_config(plan)}, indent=2) + "\n"
 
 
-def index_name(plan: Plan, table: TableId) -> str:
-    """Lower case (search index names must be), this connector's name first."""
-    return re.sub(r"[^a-z0-9_]", "_", f"{plan.name}_{table.schema}_{table.table}".lower())
-
-
 def table_route(plan: Plan, facts: TableFacts) -> dict[str, Any]:
     assert facts.schema is not None  # flagged and left out otherwise
     route: dict[str, Any] = {}
     if "search" in plan.sinks:
         properties = {c.name: search_field_mapping(c.type) for c in facts.schema.columns}
         route["search"] = {
-            "index": index_name(plan, facts.table),
+            "index": plan.names.index(facts.table),
             "mapping": {"properties": properties},
         }
     if "cache" in plan.sinks:
         route["cache"] = {"prefix": plan.name}
     if "delta" in plan.sinks:
-        route["delta"] = {"table": str(facts.table)}
+        route["delta"] = {"table": str(plan.names.delta(facts.table))}
     return route
 
 
@@ -176,75 +188,35 @@ def mapping_yaml(plan: Plan) -> str:
         "tables:",
     ]
     for facts in plan.survey.captured:
-        lines.append(f"  # primary key ({', '.join(facts.key)})")
+        lines += [f"  # {note}" for note in table_notes(plan, facts)]
         lines.append(_indent(_dump({str(facts.table): table_route(plan, facts)}, True), 2))
     lines.append(
         "# Debezium's signal table (incremental snapshots, repair): captured, never synced."
     )
     lines.append(_dump({"ignore": [str(plan.signal)]}, True))
-    lines += _left_out("# ", plan.survey.flags)
+    lines += left_out("# ", plan.survey.flags)
     return "\n".join(lines) + "\n"
 
 
-def setup_sql(plan: Plan) -> str:
-    role = quote_ident(plan.role)
-    schemas = sorted({t.schema for t in plan.captured})
-    routed = ", ".join(f.sql_name for f in plan.survey.captured)
-    published = ", ".join(qualified(t) for t in plan.captured)
-    heartbeat, signal = qualified(plan.heartbeat), qualified(plan.signal)
-    lines = [
-        f"-- Setup for cdc-sync connector {plan.name} on database {plan.survey.database}, written",
-        "-- by `cdc-sync init` (`--apply` runs it). Idempotent: safe to run again. Run it as the",
-        "-- tables' owner or a superuser.",
-        *_left_out("-- ", plan.survey.flags),
-        "",
-        "-- The connector's heartbeat.action.query upserts its row every heartbeat.interval.ms:",
-        "-- its changes carry WAL positions, so the slot and the job's watermarks advance while",
-        "-- the other tables are idle.",
-        f"CREATE TABLE IF NOT EXISTS {heartbeat} (",
-        "    connector  text PRIMARY KEY,",
-        "    beat_at    timestamptz NOT NULL",
-        ");",
-        "",
-        "-- Debezium's signal table: incremental snapshots (`cdc-sync connectors snapshot`,",
-        "-- `cdc-sync repair`) are requested here and read back from the WAL.",
-        f"CREATE TABLE IF NOT EXISTS {signal} (",
-        "    id    varchar(64) PRIMARY KEY,",
-        "    type  varchar(32) NOT NULL,",
-        "    data  varchar(2048)",
-        ");",
-        "",
-        "-- The publication: exactly the captured tables (the connector never alters it).",
-        "DO $$",
-        "BEGIN",
-        f"    IF EXISTS (SELECT 1 FROM pg_publication WHERE pubname = '{plan.publication}') THEN",
-        f"        ALTER PUBLICATION {quote_ident(plan.publication)} SET TABLE {published};",
-        "    ELSE",
-        f"        CREATE PUBLICATION {quote_ident(plan.publication)} FOR TABLE {published};",
-        "    END IF;",
-        "END $$;",
-        "",
-        "-- The role the connector and the job use: REPLICATION to stream (and create its slot),",
-        "-- SELECT on the captured tables (snapshots, the TOAST fill, verify and repair read",
-        "-- them), the heartbeat upsert, and INSERT on the signal table (Debezium's snapshot",
-        "-- windows, `connectors snapshot` and repair signals). Nothing else.",
-        "DO $$",
-        "BEGIN",
-        f"    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '{plan.role}') THEN",
-        f"        CREATE ROLE {role} LOGIN REPLICATION;",
-        "    END IF;",
-        "END $$;",
-        f"-- Give it a password for connections that need one: ALTER ROLE {role} PASSWORD '...';",
-        f"GRANT CONNECT ON DATABASE {quote_ident(plan.survey.database)} TO {role};",
-        f"GRANT USAGE ON SCHEMA {', '.join(quote_ident(s) for s in schemas)} TO {role};",
-        f"GRANT SELECT ON TABLE {routed} TO {role};",
-        f"GRANT SELECT, INSERT, UPDATE ON TABLE {heartbeat} TO {role};",
-        f"GRANT SELECT, INSERT ON TABLE {signal} TO {role};",
-    ]
-    return "\n".join(lines) + "\n"
+def table_notes(plan: Plan, facts: TableFacts) -> list[str]:
+    """What the mapping says about a table above its route (and `init` prints)."""
+    notes = [f"primary key ({', '.join(facts.key)})"]
+    if facts.partitioned:
+        notes.append(
+            f"partitioned ({len(facts.leaves)} partitions now): captured through its root; a "
+            "row moving between partitions is a delete and an insert of its key"
+        )
+    if facts.generated:
+        how = (
+            "published (publish_generated_columns = stored)"
+            if plan.survey.publishes_generated
+            else "not published by Postgres < 18: the job reads them back by key"
+        )
+        notes.append(f"stored generated columns {', '.join(facts.generated)}: {how}")
+    return notes
 
 
-def _left_out(comment: str, flags: Iterable[Flag]) -> list[str]:
+def left_out(comment: str, flags: Iterable[Flag]) -> list[str]:
     flags = list(flags)
     if not flags:
         return []

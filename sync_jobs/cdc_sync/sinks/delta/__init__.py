@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from deltalake.exceptions import CommitFailedError
 
@@ -14,11 +14,12 @@ from cdc_sync.mapping import DeltaRoute, TableRoute
 from cdc_sync.schema import RowSchema
 from cdc_sync.schema.arrow import arrow_schema
 from cdc_sync.sinks.base import WriteResult
-from cdc_sync.sinks.delta.actions import DeltaActions, to_actions
+from cdc_sync.sinks.delta.actions import DeltaActions, snapshot_end_marks, to_actions
 from cdc_sync.sinks.delta.client import DeltaLakeWriter
 from cdc_sync.sinks.delta.history_writer import HistoryWriter
 from cdc_sync.sinks.delta.target import ensure_history, ensure_table
 from cdc_sync.sinks.delta.watermarks import DeltaWatermarks
+from cdc_sync.sinks.truncates import marks_at_snapshot_end
 
 
 class DeltaWriter(Protocol):
@@ -26,6 +27,12 @@ class DeltaWriter(Protocol):
 
     def truncate(self, route: DeltaRoute, version: int) -> int:
         """DELETE the rows older than `version` (`actions.truncate_predicate`); rows removed."""
+
+    def mark_older(
+        self, route: DeltaRoute, version: int, marker: str, values: Mapping[str, Any]
+    ) -> int:
+        """UPDATE the rows older than `version` whose boolean `marker` is not true with
+        `values` (`actions.marks_predicate`, `snapshot_end_marks`); rows marked."""
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -91,6 +98,18 @@ class DeltaSink:
         delta = route.delta
         if delta is None:
             return 0
+        shape = route.shape(self.name)
+        if marks_at_snapshot_end(shape, truncate):
+            # A soft-delete table keeps the rows a re-snapshot no longer holds, marked (its
+            # shape is not plain: it has no history, `mapping`).
+            return retried(
+                lambda: self.writer.mark_older(
+                    delta, truncate.version, shape.markers[0], snapshot_end_marks(shape, truncate)
+                ),
+                is_transient,
+                f"delta snapshot-end marks {delta.relative_path()}",
+                self.retry,
+            )
         removed = retried(
             lambda: self.writer.truncate(delta, truncate.version),
             is_transient,

@@ -4,6 +4,9 @@ The merge source holds the routed row columns, the key columns (from the change 
 have them too), the metadata columns written to the table (`_cdc_version`, `_cdc_source_ts`,
 `_cdc_op`) and control columns used only by the MERGE:
 - `_cdc_deleted`: the change is a delete;
+- `_cdc_mark`: the change is a soft delete's mark (`Change.marks_deleted`): it updates the row
+  the table holds and inserts nothing, and is remembered as a delete (its tombstone fences
+  when the table holds no row: a row the table never held is not marked);
 - `_cdc_keep__<column>`: keep the stored value (unchanged TOAST, or the column did not exist in
   the change's schema), so the MERGE writes `t.<column>` instead of `s.<column>`.
 """
@@ -13,18 +16,21 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 import pyarrow as pa
 
-from cdc_sync.core.model import Change
+from cdc_sync.core.model import Change, Op, Truncate
 from cdc_sync.mapping import TableRoute
 from cdc_sync.schema import ColumnType, arrow_value
 from cdc_sync.schema.arrow import arrow_schema
+from cdc_sync.shape.spec import SinkShape
 
 VERSION = "_cdc_version"
 SOURCE_TS = "_cdc_source_ts"
 OP = "_cdc_op"
 DELETED = "_cdc_deleted"
+MARK = "_cdc_mark"
 KEEP_PREFIX = "_cdc_keep__"
 
 METADATA_FIELDS = (
@@ -38,6 +44,23 @@ def truncate_predicate(version: int) -> str:
     """A TRUNCATE at `version`: the rows it removes, those written by an older change. Rows of
     its own transaction (a reload after it) and of later ones stay."""
     return f"{VERSION} < {int(version)}"
+
+
+def marks_predicate(version: int, marker: str) -> str:
+    """A snapshot's end at `version` in a soft-delete table: the rows it marks, those older
+    than it not marked already (`marker`, a boolean column: null in rows written before)."""
+    return f"{truncate_predicate(version)} AND NOT coalesce({marker}, false)"
+
+
+def snapshot_end_marks(shape: SinkShape, truncate: Truncate) -> dict[str, Any]:
+    """What a snapshot's end writes into the rows it marks: the markers (at the snapshot's
+    time) and the version just below it, as a streamed mark would (`sinks.truncates`)."""
+    return {
+        **shape.mark(truncate.source_ts_ms),
+        VERSION: truncate.version - 1,
+        SOURCE_TS: _timestamp(truncate.source_ts_ms),
+        OP: Op.UPDATE.value,
+    }
 
 
 def keep_flag(column: str) -> str:
@@ -54,8 +77,13 @@ class DeltaActions:
 
     @property
     def deleted_ids(self) -> list[tuple[str, int]]:
-        # A tombstone without a version leaves no tombstone row: there is no version to fence by.
-        return [(c.doc_id, c.version) for c in self.changes if c.is_delete and not c.is_unversioned]
+        """The deletes and the soft deletes' marks, as (doc id, version): their tombstones.
+        A tombstone without a version leaves none: there is no version to fence by."""
+        return [
+            (c.doc_id, c.version)
+            for c in self.changes
+            if (c.is_delete or c.marks_deleted) and not c.is_unversioned
+        ]
 
 
 def routed_key_columns(route: TableRoute, change: Change) -> tuple[str, ...]:
@@ -97,7 +125,7 @@ def to_actions(route: TableRoute, changes: Sequence[Change]) -> DeltaActions | N
         }
     )
     columns: dict[str, list[object]] = {name: [] for name in data_columns}
-    meta: dict[str, list[object]] = {VERSION: [], SOURCE_TS: [], OP: [], DELETED: []}
+    meta: dict[str, list[object]] = {VERSION: [], SOURCE_TS: [], OP: [], DELETED: [], MARK: []}
     flags: dict[str, list[bool]] = {keep_flag(c): [] for c in kept}
     for change in changes:
         key_values = dict(zip(key_columns, (v for _, v in change.key), strict=True))
@@ -108,6 +136,7 @@ def to_actions(route: TableRoute, changes: Sequence[Change]) -> DeltaActions | N
         meta[SOURCE_TS].append(_timestamp(change.source_ts_ms))
         meta[OP].append(change.op.value)
         meta[DELETED].append(change.is_delete)
+        meta[MARK].append(change.marks_deleted)
         change_kept = set(_kept_columns(change, row_schema.names))
         for column in kept:
             flags[keep_flag(column)].append(column in change_kept)
@@ -121,6 +150,7 @@ def to_actions(route: TableRoute, changes: Sequence[Change]) -> DeltaActions | N
     for meta_field in METADATA_FIELDS:
         arrays[meta_field.name] = pa.array(meta[meta_field.name], type=meta_field.type)
     arrays[DELETED] = pa.array(meta[DELETED], type=pa.bool_())
+    arrays[MARK] = pa.array(meta[MARK], type=pa.bool_())
     for name, flag_values in flags.items():
         arrays[name] = pa.array(flag_values, type=pa.bool_())
     return DeltaActions(

@@ -5,15 +5,24 @@ again (an append of the same tombstones only repeats rows whose highest version 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from cdc_sync.mapping import DeltaRoute
 from cdc_sync.sinks.base import WriteResult
-from cdc_sync.sinks.delta.actions import DELETED, DeltaActions, truncate_predicate
+from cdc_sync.sinks.delta.actions import (
+    DELETED,
+    MARK,
+    DeltaActions,
+    marks_predicate,
+    truncate_predicate,
+)
 from cdc_sync.sinks.delta.handles import TableHandles
 from cdc_sync.sinks.delta.merge_plan import datafusion_quote, merge_plan
 from cdc_sync.sinks.delta.target import table_path
@@ -44,15 +53,27 @@ class DeltaLakeWriter:
         metrics = table.delete(truncate_predicate(version))
         return int(metrics.get("num_deleted_rows", 0))
 
+    def mark_older(
+        self, route: DeltaRoute, version: int, marker: str, values: Mapping[str, Any]
+    ) -> int:
+        table = self.handles.get(table_path(self.warehouse, route))
+        if table is None:
+            return 0
+        predicate = marks_predicate(version, datafusion_quote(marker))
+        updates = {datafusion_quote(k): _sql_literal(v) for k, v in values.items()}
+        metrics = table.update(updates=updates, predicate=predicate)
+        return int(metrics.get("num_updated_rows", 0))
+
     def _merge(
         self, route: DeltaRoute, actions: DeltaActions, source: pa.Table, fenced: int
     ) -> WriteResult:
         if source.num_rows == 0:
             return WriteResult(fenced=fenced)
         table = self.handles.get(table_path(self.warehouse, route))
-        if table is None and not pc.any(pc.invert(source[DELETED])).as_py():
-            # Deletes of rows the table never held (it does not exist yet): the tombstones
-            # recorded above are all there is to do.
+        inserting = pc.invert(pc.or_(source[DELETED], source[MARK]))
+        if table is None and not pc.any(inserting).as_py():
+            # Deletes (and marks) of rows the table never held (it does not exist yet): the
+            # tombstones recorded above are all there is to do.
             return WriteResult(applied=source.num_rows, fenced=fenced)
         if table is None:
             raise RuntimeError(f"Delta table {route.relative_path()} missing: ensure_target first")
@@ -74,8 +95,27 @@ class DeltaLakeWriter:
         )
         upserts = int(pc.sum(pc.invert(source[DELETED])).as_py() or 0)
         deletes = source.num_rows - upserts
-        # A delete of a key the table never held still applied: its tombstone is recorded.
+        # A delete of a key the table never held still applied: its tombstone is recorded. (A
+        # mark of a key it does not hold counts as fenced: the MERGE does not tell it apart.)
         missing_deletes = max(0, deletes - int(metrics.get("num_target_rows_deleted", 0)))
         applied = min(source.num_rows, changed + missing_deletes)
         self.tombstones.maybe_prune(route)
         return WriteResult(applied=applied, fenced=fenced + source.num_rows - applied)
+
+
+def _sql_literal(value: Any) -> str:
+    """A value of `mark_older` as a DataFusion literal (deltalake's `new_values` has no null)."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, datetime):
+        micros = (value - _EPOCH) // timedelta(microseconds=1)
+        return f"arrow_cast({micros}, '{_UTC_MICROS}')"
+    return "'" + str(value).replace("'", "''") + "'"
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_UTC_MICROS = 'Timestamp(Microsecond, Some("UTC"))'  # the `_cdc_` timestamps' Arrow type

@@ -5,7 +5,10 @@
                                           OR s._cdc_version < 0) THEN DELETE
     WHEN MATCHED AND NOT s._cdc_deleted AND s._cdc_version >= t._cdc_version THEN UPDATE SET
          col = CASE WHEN s._cdc_keep__col THEN t.col ELSE s.col END, ...
-    WHEN NOT MATCHED AND NOT s._cdc_deleted THEN INSERT ...
+    WHEN NOT MATCHED AND NOT s._cdc_deleted AND NOT s._cdc_mark THEN INSERT ...
+
+A soft delete's mark (`_cdc_mark`) is an update of the stored row (the columns it does not
+carry kept) and never an insert: a row the table does not hold is not marked.
 
 Equal versions apply (>=): the changes of one transaction share their commit-order version
 (debezium.decoder.commit_order_version) and must keep their Kafka order across micro-batches;
@@ -19,6 +22,7 @@ from dataclasses import dataclass
 
 from cdc_sync.sinks.delta.actions import (
     DELETED,
+    MARK,
     METADATA_FIELDS,
     VERSION,
     DeltaActions,
@@ -71,6 +75,6 @@ def merge_plan(actions: DeltaActions, quote: Quote) -> MergePlan:
         delete_when=f"{s(DELETED)} AND ({newer} OR {s(VERSION)} < 0)",
         update_when=f"NOT {s(DELETED)} AND {newer}",
         updates=updates,
-        insert_when=f"NOT {s(DELETED)}",
+        insert_when=f"NOT {s(DELETED)} AND NOT {s(MARK)}",
         inserts={quote(column): s(column) for column in written},
     )

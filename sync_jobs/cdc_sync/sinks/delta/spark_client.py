@@ -6,6 +6,7 @@ local stack has no Maven access and uses deltalake (client.py). Same MERGE plan,
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -14,7 +15,7 @@ if TYPE_CHECKING:
 
 from cdc_sync.mapping import DeltaRoute
 from cdc_sync.sinks.base import WriteResult
-from cdc_sync.sinks.delta.actions import DeltaActions, truncate_predicate
+from cdc_sync.sinks.delta.actions import DeltaActions, marks_predicate, truncate_predicate
 from cdc_sync.sinks.delta.merge_plan import merge_plan, spark_quote
 from cdc_sync.sinks.delta.target import open_table, table_path
 from cdc_sync.sinks.delta.tombstones import TombstoneStore
@@ -50,8 +51,10 @@ class DeltaSparkWriter:
         plan = merge_plan(actions, q)
         target = table_path(self.warehouse, route)
         upserts = sum(1 for c in actions.changes if not c.is_delete)
-        if open_table(target) is None and upserts == 0:
-            # Deletes of rows the table never held: the tombstones above are all there is to do.
+        inserting = sum(1 for c in actions.changes if not (c.is_delete or c.marks_deleted))
+        if open_table(target) is None and inserting == 0:
+            # Deletes (and marks) of rows the table never held: the tombstones above are all
+            # there is to do.
             return WriteResult(applied=len(actions.changes) - fenced_count, fenced=fenced_count)
         metrics = (
             self._delta_table.forPath(self.spark, str(target))
@@ -84,6 +87,21 @@ class DeltaSparkWriter:
         removed = int(table.toDF().where(predicate).count())
         table.delete(predicate)
         return removed
+
+    def mark_older(
+        self, route: DeltaRoute, version: int, marker: str, values: Mapping[str, Any]
+    ) -> int:
+        """delta-spark's UPDATE reports no row count: the rows marked are counted first."""
+        from pyspark.sql import functions
+
+        target = table_path(self.warehouse, route)
+        if open_table(target) is None:
+            return 0
+        table = self._delta_table.forPath(self.spark, str(target))
+        predicate = marks_predicate(version, spark_quote(marker))
+        marked = int(table.toDF().where(predicate).count())
+        table.update(predicate, {spark_quote(k): functions.lit(v) for k, v in values.items()})
+        return marked
 
 
 def _expressions(columns: dict[str, str]) -> dict[str, str | Column]:

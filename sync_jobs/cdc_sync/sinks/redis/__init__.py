@@ -21,8 +21,9 @@ from cdc_sync.schema import RowSchema
 from cdc_sync.sinks.base import WriteResult
 from cdc_sync.sinks.redis.actions import to_actions, truncate_actions
 from cdc_sync.sinks.redis.client import RedisWriter, is_transient
-from cdc_sync.sinks.redis.readback import all_versions
+from cdc_sync.sinks.redis.readback import all_versions, stored_marks
 from cdc_sync.sinks.redis.watermarks import CacheWatermarks
+from cdc_sync.sinks.truncates import marks_at_snapshot_end
 
 __all__ = ["RedisSink"]
 
@@ -65,13 +66,19 @@ class RedisSink:
         cache = route.cache
         if cache is None:
             return 0
-        stored = retried(
-            lambda: all_versions(self.client, cache, route.table),
+        shape = route.shape("cache")
+        marker = shape.markers[0] if marks_at_snapshot_end(shape, truncate) else None
+        stored, marked = retried(
+            lambda: (
+                stored_marks(self.client, cache, route.table, marker)
+                if marker is not None
+                else (all_versions(self.client, cache, route.table), set())
+            ),
             is_transient,
             f"redis scan {cache.key(route.table, '*')}",
             self.retry,
         )
-        actions = truncate_actions(route, truncate, stored)
+        actions = truncate_actions(route, truncate, stored, marked)
         return self.writer.write_batch(actions).applied if actions else 0
 
     def record_watermark(self, routes: Mapping[str, TableRoute], position: int) -> None:

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from cdc_sync.core.model import Change, Truncate
 from cdc_sync.mapping import TableRoute
 from cdc_sync.sinks.documents import json_document
-from cdc_sync.sinks.truncates import truncate_deletes
+from cdc_sync.sinks.truncates import marks_at_snapshot_end, truncate_deletes, truncate_marks
 
 # LSNs are unsigned 64-bit: at most 20 decimal digits. apply.lua compares versions as strings of
 # this fixed width (Lua numbers are doubles and cannot hold every LSN exactly).
@@ -28,7 +28,7 @@ class CacheAction:
     change: Change
     key: str
     tombstone_key: str
-    op: Literal["upsert", "delete", "forget"]
+    op: Literal["upsert", "delete", "forget", "mark"]  # mark: a soft delete (apply.lua)
     version: str  # zero-padded, see VERSION_WIDTH
     row_json: str  # "" for deletes
     unavailable: tuple[str, ...]  # unchanged TOAST columns, merged from the stored row
@@ -69,16 +69,22 @@ def to_actions(route: TableRoute, changes: Sequence[Change]) -> list[CacheAction
         row = {k: v for k, v in change.row.items() if k not in change.unavailable_columns}
         document = json_document(row, change.schema)
         row_json = json.dumps(document, separators=(",", ":"), ensure_ascii=False)
-        actions.append(
-            CacheAction(change, key, stone, "upsert", version, row_json, unavailable, ttl)
-        )
+        op: Literal["upsert", "mark"] = "mark" if change.marks_deleted else "upsert"
+        actions.append(CacheAction(change, key, stone, op, version, row_json, unavailable, ttl))
     return actions
 
 
 def truncate_actions(
-    route: TableRoute, truncate: Truncate, stored: Mapping[str, int]
+    route: TableRoute,
+    truncate: Truncate,
+    stored: Mapping[str, int],
+    marked: Collection[str] = (),
 ) -> list[CacheAction]:
     """A TRUNCATE: a fenced delete (`apply.lua`), just below the truncate's version, of each
     cached row (`stored`: id -> version) older than it (`sinks.truncates`). Each leaves the
-    tombstone a delete leaves."""
+    tombstone a delete leaves. At a snapshot's end in a soft-delete cache: a mark of each such
+    row not `marked` already."""
+    shape = route.shape("cache")
+    if marks_at_snapshot_end(shape, truncate):
+        return to_actions(route, truncate_marks(route.table, truncate, shape, stored, marked))
     return to_actions(route, truncate_deletes(route.table, truncate, stored))

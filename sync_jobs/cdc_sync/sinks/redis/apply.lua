@@ -4,12 +4,15 @@
 -- KEYS[1]  row key (a HASH: `row` = JSON of the routed row, `version` = padded version)
 -- KEYS[2]  tombstone key (a STRING: the delete's padded version, expiring after the retention)
 -- ARGV[1]  "upsert" | "delete" | "forget" (a compacted topic's tombstone without a version:
---          delete whatever is stored, remembering the stored version as the tombstone)
+--          delete whatever is stored, remembering the stored version as the tombstone) |
+--          "mark" (a soft delete: an upsert over the stored row that keeps every stored member
+--          the mark does not carry; with no stored row, the delete: a row the cache never held
+--          is not marked)
 -- ARGV[2]  version: the LSN as a 20-digit zero-padded decimal string
--- ARGV[3]  upsert: JSON object of the row, without its unchanged TOAST columns
+-- ARGV[3]  upsert, mark: JSON object of the row, without its unchanged TOAST columns
 -- ARGV[4]  upsert: JSON array of the unchanged TOAST column names (merged from the stored row)
--- ARGV[5]  upsert: row TTL in seconds, "0" = no expiry
--- ARGV[6]  delete: tombstone TTL in seconds (the tombstone retention)
+-- ARGV[5]  upsert, mark: row TTL in seconds, "0" = no expiry
+-- ARGV[6]  delete, mark: tombstone TTL in seconds (the tombstone retention)
 -- Returns 1 when applied (equal version = re-apply, harmless), 0 when fenced.
 --
 -- Versions are compared as strings, never as numbers: Lua numbers are doubles, exact only up to
@@ -59,13 +62,13 @@ local function value_end(s, i)
   return k - 1
 end
 
--- top-level members of a JSON object: name -> raw `"name":value` text
+-- top-level members of a JSON object: name -> raw `"name":value` text, and the names in order
 local function members(s)
-  local found = {}
+  local found, order = {}, {}
   local i = skip_space(s, 1)
   if not i or string.sub(s, i, i) ~= "{" then error("stored row: not a JSON object") end
   i = skip_space(s, i + 1)
-  if string.sub(s, i, i) == "}" then return found end
+  if string.sub(s, i, i) == "}" then return found, order end
   while true do
     if string.sub(s, i, i) ~= '"' then error("stored row: expected a member name") end
     local name_end = string_end(s, i)
@@ -74,9 +77,10 @@ local function members(s)
     local start = skip_space(s, colon + 1)
     local stop = value_end(s, start)
     found[name] = string.sub(s, i, name_end) .. ":" .. string.sub(s, start, stop)
+    table.insert(order, name)
     i = skip_space(s, stop + 1)
     local sep = string.sub(s, i, i)
-    if sep == "}" then return found end
+    if sep == "}" then return found, order end
     if sep ~= "," then error("stored row: expected , or }") end
     i = skip_space(s, i + 1)
   end
@@ -97,6 +101,17 @@ local function merge_unavailable(row, stored_row, unavailable)
   return body .. "," .. table.concat(extra, ",") .. "}"
 end
 
+-- the stored members a mark does not carry, in stored order
+local function not_carried(row, stored_row)
+  local own = members(row)
+  local _, order = members(stored_row)
+  local names = {}
+  for _, name in ipairs(order) do
+    if not own[name] then table.insert(names, name) end
+  end
+  return names
+end
+
 local stored_version = redis.call("HGET", KEYS[1], "version")
 if ARGV[1] == "forget" then
   if stored_version then
@@ -111,13 +126,23 @@ if stored_version and stored_version > version then return 0 end
 local tombstone = redis.call("GET", KEYS[2])
 if tombstone and tombstone > version then return 0 end
 
-if ARGV[1] == "delete" then
+local op = ARGV[1]
+local row = ARGV[3]
+if op == "mark" then
+  local stored_row = stored_version and redis.call("HGET", KEYS[1], "row")
+  if stored_row then
+    row = merge_unavailable(row, stored_row, not_carried(row, stored_row))
+  else
+    op = "delete"
+  end
+end
+
+if op == "delete" then
   redis.call("DEL", KEYS[1])
   redis.call("SET", KEYS[2], version, "EX", tonumber(ARGV[6]))
   return 1
 end
 
-local row = ARGV[3]
 local unavailable = cjson.decode(ARGV[4])
 if #unavailable > 0 and stored_version then
   local stored_row = redis.call("HGET", KEYS[1], "row")

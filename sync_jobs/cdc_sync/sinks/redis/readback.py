@@ -76,6 +76,22 @@ def all_versions(
     return found
 
 
+def stored_marks(
+    client: redis.Redis, cache: CacheRoute, table: TableId, marker: str
+) -> tuple[dict[str, int], set[str]]:
+    """doc id -> stored version of every row the cache holds for `table`, and the ids whose
+    row has the boolean member `marker` true (soft-deleted rows: `on_delete: soft`)."""
+    versions: dict[str, int] = {}
+    marked: set[str] = set()
+    for doc_id, fields in entries(client, cache, table).items():
+        if VERSION_FIELD not in fields:
+            continue
+        versions[doc_id] = int(fields[VERSION_FIELD])
+        if ROW_FIELD in fields and json.loads(fields[ROW_FIELD]).get(marker) is True:
+            marked.add(doc_id)
+    return versions, marked
+
+
 def watermarks(client: redis.Redis, prefix: str | None = None) -> dict[str, int]:
     """Applied watermarks, topic -> WAL position, from `<prefix>:_cdc:watermarks` (every
     prefix's hash when `prefix` is None; a topic in several takes the lowest)."""

@@ -22,9 +22,10 @@ from cdc_sync.sinks.search.backends import (
     open_backend,
 )
 from cdc_sync.sinks.search.client import SearchWriter
-from cdc_sync.sinks.search.readback import stored_versions
+from cdc_sync.sinks.search.readback import stored_marks, stored_versions
 from cdc_sync.sinks.search.target import ensure_index, next_generation, promote
 from cdc_sync.sinks.search.watermarks import SearchWatermarks
+from cdc_sync.sinks.truncates import marks_at_snapshot_end
 
 __all__ = ["CLIENT_KINDS", "SearchSink"]
 
@@ -40,11 +41,14 @@ class SearchSink:
         *,
         compat_headers: bool | None = None,
         retry: RetryPolicy = DEFAULT_POLICY,
+        name: str = "search",
     ) -> None:
         """`compat_headers`: see `open_backend`. `retry`: how long a write waits for the server
-        (its `attempt_timeout_seconds` bounds each request)."""
+        (its `attempt_timeout_seconds` bounds each request). `name`: how its retries and
+        health are reported (a document index's writer is named after the index)."""
         if tombstone_retention_seconds <= 0:
             raise ValueError("tombstone_retention_seconds must be positive")
+        self.name = name
         self.client_kind = client_kind
         self.retry = retry.for_target(self.name)
         self.backend: SearchBackend = open_backend(
@@ -80,15 +84,14 @@ class SearchSink:
             self.retry,
         )
 
-    def highest_version(self, alias: str) -> int:
-        """The highest document version behind `alias` (0 when empty or absent)."""
-        versions = retried(
-            lambda: stored_versions(self.backend, alias),
+    def index_exists(self, index: str) -> bool:
+        """Whether the concrete index `index` exists (a rebuild's, not behind its alias yet)."""
+        return retried(
+            lambda: self.backend.index_exists(index),
             is_transient,
-            f"search versions {alias}",
+            f"search index {index}",
             self.retry,
         )
-        return max(versions.values(), default=0)
 
     def next_generation(self, route: TableRoute) -> str:
         """A new concrete index for a rebuild of `route`'s index, not behind its alias yet."""
@@ -119,13 +122,19 @@ class SearchSink:
         search = route.search
         if search is None:
             return 0
-        stored = retried(
-            lambda: stored_versions(self.backend, search.index),
+        shape = route.shape(self.name)
+        marker = shape.markers[0] if marks_at_snapshot_end(shape, truncate) else None
+        stored, marked = retried(
+            lambda: (
+                stored_marks(self.backend, search.index, marker)
+                if marker is not None
+                else (stored_versions(self.backend, search.index), set())
+            ),
             is_transient,
             f"search scan {search.index}",
             self.retry,
         )
-        actions = truncate_actions(route, truncate, stored)
+        actions = truncate_actions(route, truncate, stored, marked)
         return self.writer.write_batch(actions).applied if actions is not None else 0
 
     def record_watermark(self, routes: Mapping[str, TableRoute], position: int) -> None:

@@ -8,14 +8,14 @@ same version (harmless). Deletes are versioned too: the index keeps a delete tom
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from cdc_sync.core.model import Change, Truncate
 from cdc_sync.mapping import TableRoute
 from cdc_sync.sinks.documents import json_document
-from cdc_sync.sinks.truncates import truncate_deletes
+from cdc_sync.sinks.truncates import marks_at_snapshot_end, truncate_deletes, truncate_marks
 
 VERSION_TYPE = "external_gte"
 INDEX_GENERATION = "v1"
@@ -34,6 +34,9 @@ class BulkAction:
     version: int
     document: Mapping[str, Any] | None  # JSON-safe `_source`; None for deletes
     unavailable_fields: frozenset[str] = frozenset()  # filled from the stored doc before indexing
+    # A soft delete (`Change.marks_deleted`): indexed over the stored document, or sent as the
+    # versioned delete when the index holds none (`SearchWriter`).
+    mark: bool = False
 
     def header(self, index: str) -> dict[str, Any]:
         return {
@@ -52,6 +55,17 @@ class BulkAction:
             self, document={**(self.document or {}), **filled}, unavailable_fields=frozenset()
         )
 
+    def over_stored(self, stored_source: Mapping[str, Any] | None) -> BulkAction:
+        """A mark as it is written: over the stored document (every stored field the mark does
+        not carry stays), or, when the index holds none, as the delete at its version (a row
+        the index never held is not marked; the delete's tombstone still fences)."""
+        if stored_source is None:
+            return replace(
+                self, op="delete", document=None, unavailable_fields=frozenset(), mark=False
+            )
+        document = {**stored_source, **(self.document or {})}
+        return replace(self, document=document, unavailable_fields=frozenset(), mark=False)
+
 
 @dataclass(frozen=True)
 class SearchActions:
@@ -66,10 +80,17 @@ def to_actions(route: TableRoute, changes: Sequence[Change]) -> SearchActions | 
 
 
 def truncate_actions(
-    route: TableRoute, truncate: Truncate, stored: Mapping[str, int]
+    route: TableRoute,
+    truncate: Truncate,
+    stored: Mapping[str, int],
+    marked: Collection[str] = (),
 ) -> SearchActions | None:
     """A TRUNCATE: a versioned delete, just below the truncate's version, of each stored
-    document (`stored`: id -> `_version`) older than it (`sinks.truncates`)."""
+    document (`stored`: id -> `_version`) older than it; at a snapshot's end in a soft-delete
+    index, a mark of each such document not `marked` already (`sinks.truncates`)."""
+    shape = route.shape("search")
+    if marks_at_snapshot_end(shape, truncate):
+        return to_actions(route, truncate_marks(route.table, truncate, shape, stored, marked))
     return to_actions(route, truncate_deletes(route.table, truncate, stored))
 
 
@@ -83,6 +104,7 @@ def _action(change: Change) -> BulkAction:
         change.version,
         json_document(change.row, change.schema),
         frozenset(change.unavailable_columns),
+        mark=change.marks_deleted,
     )
 
 

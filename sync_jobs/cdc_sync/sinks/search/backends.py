@@ -54,10 +54,12 @@ class SearchBackend(Protocol):
     def mget(self, alias: str, ids: Sequence[str]) -> list[dict[str, Any]]: ...
     def bulk(self, operations: Sequence[Mapping[str, Any]]) -> dict[str, Any]: ...
     def refresh(self, alias: str) -> None: ...
-    def scan(self, alias: str, size: int, source: bool = True) -> Iterator[list[dict[str, Any]]]:
+    def scan(
+        self, alias: str, size: int, source: bool | Sequence[str] = True
+    ) -> Iterator[list[dict[str, Any]]]:
         """Every document behind `alias`, `size` hits at a time, with `_version` (and `_source`
-        unless `source` is False): a scroll, since from/size paging stops at
-        `index.max_result_window` (10,000 by default)."""
+        unless `source` is False; only the fields named, when it names some): a scroll, since
+        from/size paging stops at `index.max_result_window` (10,000 by default)."""
 
     def close(self) -> None: ...
 
@@ -78,6 +80,11 @@ def scroll_pages(
     finally:
         if scroll_id:
             clear(str(scroll_id))
+
+
+def _source_filter(source: bool | Sequence[str]) -> bool | dict[str, list[str]]:
+    """`_source` of a search: all of it, none, or only the fields named."""
+    return source if isinstance(source, bool) else {"includes": list(source)}
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -210,8 +217,15 @@ class OpenSearchBackend:
     def refresh(self, alias: str) -> None:
         self.client.indices.refresh(index=alias)
 
-    def scan(self, alias: str, size: int, source: bool = True) -> Iterator[list[dict[str, Any]]]:
-        body = {"query": {"match_all": {}}, "size": size, "sort": ["_doc"], "_source": source}
+    def scan(
+        self, alias: str, size: int, source: bool | Sequence[str] = True
+    ) -> Iterator[list[dict[str, Any]]]:
+        body = {
+            "query": {"match_all": {}},
+            "size": size,
+            "sort": ["_doc"],
+            "_source": _source_filter(source),
+        }
         return scroll_pages(
             lambda: self.client.search(
                 index=alias, body=body, version=True, scroll=SCROLL_KEEP_ALIVE
@@ -315,7 +329,9 @@ class ElasticsearchBackend:
     def refresh(self, alias: str) -> None:
         self.client.indices.refresh(index=alias)
 
-    def scan(self, alias: str, size: int, source: bool = True) -> Iterator[list[dict[str, Any]]]:
+    def scan(
+        self, alias: str, size: int, source: bool | Sequence[str] = True
+    ) -> Iterator[list[dict[str, Any]]]:
         return scroll_pages(
             lambda: (
                 self.client.search(
@@ -323,7 +339,7 @@ class ElasticsearchBackend:
                     query={"match_all": {}},
                     size=size,
                     sort=["_doc"],
-                    source=source,
+                    source=_source_filter(source),
                     version=True,
                     scroll=SCROLL_KEEP_ALIVE,
                 ).body

@@ -59,7 +59,7 @@ class SearchWriter:
             result = result.merge(WriteResult(applied=absent))
             if not versioned:
                 continue
-            filled = self._fill_unavailable(actions.alias, versioned)
+            filled = self._over_stored(actions.alias, versioned)
             result = result.merge(self._bulk_with_item_retries(actions.alias, filled))
         return result
 
@@ -80,15 +80,20 @@ class SearchWriter:
         ]
         return kept, len(chunk) - len(kept)
 
-    def _fill_unavailable(self, alias: str, chunk: Sequence[BulkAction]) -> list[BulkAction]:
-        """Unchanged TOAST columns are absent from the change: take them from the stored doc."""
-        ids = sorted({a.doc_id for a in chunk if a.unavailable_fields})
+    def _over_stored(self, alias: str, chunk: Sequence[BulkAction]) -> list[BulkAction]:
+        """What the stored documents settle, read in one `_mget`: unchanged TOAST columns
+        (absent from the change) take the stored value, and a soft delete's mark is written
+        over the stored document, or as a delete when there is none (`BulkAction.over_stored`).
+        A later write between the read and the bulk has a newer version: it fences these."""
+        ids = sorted({a.doc_id for a in chunk if a.unavailable_fields or a.mark})
         if not ids:
             return list(chunk)
         docs = self._call(lambda: self.backend.mget(alias, ids), f"search mget {alias}")
         stored = {d["_id"]: d.get("_source", {}) for d in docs if d.get("found")}
         return [
-            a.with_stored_fields(stored[a.doc_id])
+            a.over_stored(stored.get(a.doc_id))
+            if a.mark
+            else a.with_stored_fields(stored[a.doc_id])
             if a.unavailable_fields and a.doc_id in stored
             else a
             for a in chunk

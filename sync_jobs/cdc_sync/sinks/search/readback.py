@@ -39,6 +39,24 @@ def stored_versions(backend: SearchBackend, alias: str) -> dict[str, int]:
     }
 
 
+def stored_marks(
+    backend: SearchBackend, alias: str, marker: str
+) -> tuple[dict[str, int], set[str]]:
+    """doc id -> version of every document behind `alias`, and the ids whose boolean field
+    `marker` is true (soft-deleted rows: `on_delete: soft`); reads that field only."""
+    if not backend.alias_exists(alias):
+        return {}, set()
+    backend.refresh(alias)
+    versions: dict[str, int] = {}
+    marked: set[str] = set()
+    for hits in backend.scan(alias, PAGE, source=[marker]):
+        for hit in hits:
+            versions[hit["_id"]] = int(hit["_version"])
+            if hit.get("_source", {}).get(marker) is True:
+                marked.add(hit["_id"])
+    return versions, marked
+
+
 def field_types(backend: SearchBackend, alias: str) -> dict[str, str]:
     """Top-level field name -> mapping type (`object` when it has properties only)."""
     if not backend.alias_exists(alias):
