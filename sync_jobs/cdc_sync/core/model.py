@@ -6,6 +6,7 @@ above it (fold, routing, sinks, verify) works on them and never on raw envelopes
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -237,6 +238,13 @@ def document_id(key: tuple[tuple[str, Any], ...]) -> str:
     if len(key) == 1:
         return str(key[0][1])
     return KEY_SEPARATOR.join(_escaped(str(value)) for _, value in key)
+
+
+def id_digest(doc_id: str) -> str:
+    """SHA-256 of a document id, as hex: what a fence against a deleted key keeps instead of
+    the key (which may itself be erased data: an email as the key). It only confirms a key
+    someone already knows."""
+    return hashlib.sha256(doc_id.encode()).hexdigest()
 
 
 def _escaped(part: str) -> str:

@@ -262,6 +262,8 @@ class DocumentSync:
                 building = self.state.meta(building_key(name))
                 if building is not None:
                     self._promote(name, spec, building)
+        if truncates or any(c.row is None for found in changes.values() for c in found):
+            self.state.forget_freed()  # erasure: no old copy of a deleted row stays in the WAL
         return result
 
     def close(self) -> None:
