@@ -17,8 +17,9 @@ from hypothesis import strategies as st
 from cdc_sync.core.errors import ConfigError
 from cdc_sync.core.model import Change, Coordinates, Op, TableId, Truncate, document_id
 from cdc_sync.core.types import Column, ColumnType, RowSchema, TypeKind
+from cdc_sync.documents.comparisons import Comparisons, schema_types
 from cdc_sync.documents.render import render
-from cdc_sync.documents.rows import Row, link_value
+from cdc_sync.documents.rows import Row
 from cdc_sync.documents.sync import DocumentSync
 from cdc_sync.mapping import MappingFile, TableRoute, load_mapping
 from cdc_sync.relations import DocumentSpec, Kind, NestedType
@@ -160,8 +161,9 @@ class MemoryIndex:
 class Tables:
     """The source tables' rows, and a RowSource over them (what verify reads from Postgres)."""
 
-    def __init__(self) -> None:
+    def __init__(self, spec: DocumentSpec) -> None:
         self.data: dict[str, dict[tuple[Any, ...], dict[str, Any]]] = {n: {} for n in COLUMNS}
+        self.comparisons = Comparisons([spec], schema_types(SCHEMAS_BY_TABLE))
 
     def _row(self, table: str, row: dict[str, Any]) -> Row:
         key = tuple((k, row[k]) for k in KEYS[table])
@@ -171,13 +173,10 @@ class Tables:
         found = [self._row(table.table, r) for r in self.data[table.table].values()]
         return [r for r in found if r.id in set(ids)]
 
-    def joined(self, table: TableId, column: str, values: Iterable[str]) -> list[Row]:
-        wanted = set(values)
-        return [
-            self._row(table.table, r)
-            for r in self.data[table.table].values()
-            if link_value(r.get(column)) in wanted
-        ]
+    def joined(self, table: TableId, key: str, values: Iterable[str]) -> list[Row]:
+        (side,) = [s for s in self.comparisons.sides()[table] if s.key == key]
+        rows = [self._row(table.table, r) for r in self.data[table.table].values()]
+        return [row for row in rows if side.value(row) in set(values)]
 
     def expected(self, spec: DocumentSpec) -> dict[str, dict[str, Any]]:
         roots = [
@@ -256,7 +255,7 @@ def test_documents_equal_the_join_of_the_final_rows(
     index = MemoryIndex()
     sync = DocumentSync(mapping, directory / "state.sqlite", index, chunk=chunk)
     sync.ensure_targets(SCHEMAS_BY_TABLE)
-    tables = Tables()
+    tables = Tables(mapping.documents["orders"])
     log = []
     for version, ((table, row), delete) in enumerate(steps, start=1):
         key = tuple(row[k] for k in KEYS[table])

@@ -39,6 +39,7 @@ from cdc_sync.documents.builds import (
     snapshot_rows_only,
 )
 from cdc_sync.documents.checkpoint import state_fits_checkpoint
+from cdc_sync.documents.comparisons import TableTypes, schema_types
 from cdc_sync.documents.fanout import affected_roots
 from cdc_sync.documents.render import render
 from cdc_sync.documents.rows import Row
@@ -143,11 +144,17 @@ class DocumentSync:
             checkpoint=checkpoint,
         )
 
-    def ensure_targets(self, schemas: Mapping[TableId, RowSchema]) -> None:
+    def ensure_targets(
+        self,
+        schemas: Mapping[TableId, RowSchema],
+        types: Mapping[TableId, TableTypes] | None = None,
+    ) -> None:
         """Each document index, before the stream starts, made, built anew or its build
         resumed as `builds.planned` decides (`schemas`: the document tables', from the
         catalog: the index mapping's field types, the filter's column types). A state that does
-        not belong to the checkpoint is refused first (`StateMisfit`)."""
+        not belong to the checkpoint is refused first (`StateMisfit`). Rows join and sort by
+        the columns' Postgres `types` (`comparisons.catalog_types`; without them, as their
+        kinds in `schemas` suggest)."""
         if self.checkpoint is not None:
             reason = state_fits_checkpoint(self.checkpoint, self.state.path)
             if reason is not None:
@@ -156,6 +163,7 @@ class DocumentSync:
                     "documents from it: start them on a new checkpoint, which rebuilds them "
                     "from the topics behind their alias"
                 )
+        self.state.use_types({**schema_types(schemas), **(types or {})})
         for name, spec in self.specs.items():
             route = document_route(spec, schemas, self.mapping.policies_for(spec.table))
             written = fingerprint(spec, route)
@@ -351,7 +359,10 @@ class DocumentSync:
             rows = [row for row in rows if row.id in kept]
         documents = render(spec, rows, self.state)
         where = Coordinates(f"documents:{name}", 0, 0)
-        return [_action(spec.table, where, ident, version, documents.get(ident)) for ident in ids]
+        return [
+            document_action(spec.table, where, ident, version, documents.get(ident))
+            for ident in ids
+        ]
 
 
 def _chosen(mapping: MappingFile, names: Collection[str] | None) -> dict[str, DocumentSpec]:
@@ -364,7 +375,7 @@ def _chosen(mapping: MappingFile, names: Collection[str] | None) -> dict[str, Do
     return {name: mapping.documents[name] for name in names}
 
 
-def _action(
+def document_action(
     table: TableId,
     where: Coordinates,
     ident: str,

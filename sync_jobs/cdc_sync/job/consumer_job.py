@@ -29,6 +29,7 @@ from cdc_sync.core.settings import Connections
 from cdc_sync.debezium.connector import converter_modes as connector_modes
 from cdc_sync.debezium.database import SourceDatabase
 from cdc_sync.documents import DocumentSync, state_fits_checkpoint
+from cdc_sync.documents.comparisons import TableTypes, catalog_types
 from cdc_sync.documents.sync import STATE_FILE
 from cdc_sync.job.batch_phases import SmallBatches
 from cdc_sync.job.consumers import Consumer
@@ -156,6 +157,13 @@ def document_schemas(
         return {table: row_schema_from_catalog(conn, table, modes) for table in tables}
 
 
+def document_types(mapping: MappingFile, source: SourceDatabase) -> dict[TableId, TableTypes]:
+    """The document tables' Postgres column types and keys: how their rows join and sort."""
+    tables = sorted({t for spec in mapping.documents.values() for t in spec.tables()})
+    with psycopg.connect(source.conninfo) as conn:
+        return catalog_types(conn, tables)
+
+
 class ConsumerJob:
     """One consumer's pipeline and streaming query."""
 
@@ -263,7 +271,8 @@ class ConsumerJob:
         if self.documents is not None:
             modes = converter_modes(self.mapping)
             self.documents.ensure_targets(
-                document_schemas(self.mapping, self.shared.database, modes)
+                document_schemas(self.mapping, self.shared.database, modes),
+                document_types(self.mapping, self.shared.database),
             )
 
     def start(self, available_now: bool = False) -> StreamingQuery:

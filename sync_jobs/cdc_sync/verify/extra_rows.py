@@ -31,7 +31,7 @@ from cdc_sync.sinks.redis.client import is_transient as cache_transient
 from cdc_sync.sinks.search import SearchSink
 from cdc_sync.sinks.search import readback as search_readback
 from cdc_sync.sinks.search.backends import is_transient as search_transient
-from cdc_sync.verify.documents import PostgresRows
+from cdc_sync.verify.documents import DocumentOracle
 
 # What the sinks' logs name as the deletes' coordinates: they come from no Kafka record.
 REPAIR_COORDINATES = Coordinates("cdc-sync-repair", 0, 0)
@@ -187,11 +187,8 @@ def delete_extra_documents(
     matches the filter) at their stored versions, unless it should hold them again."""
     spec = mapping.documents[name]
     route = document_route(mapping, name)
-    where = mapping.document_filter_path(name)
-    roots = PostgresRows(conn, converter_modes(mapping.connector))
-    return delete_extra_rows(
-        sinks, "search", route, [ID_COLUMN], ids, lambda: {r.id for r in roots.roots(spec, where)}
-    )
+    roots = DocumentOracle(conn, spec, converter_modes(mapping.connector))
+    return delete_extra_rows(sinks, "search", route, [ID_COLUMN], ids, lambda: set(roots.ids()))
 
 
 def document_route(mapping: MappingFile, name: str) -> TableRoute:
