@@ -18,7 +18,7 @@ from cdc_sync.core.model import TableId
 from cdc_sync.core.settings import Connections
 from cdc_sync.debezium.database import SourceDatabase, source_database
 from cdc_sync.job.applier import BatchObserver
-from cdc_sync.job.checkpoint import processed_offsets
+from cdc_sync.job.checkpoint import processed_offsets, refuse_stale_checkpoints
 from cdc_sync.job.console import SnapshotProgress, catalog_estimates
 from cdc_sync.job.consumer_job import ConsumerJob, SharedParts, converter_modes
 from cdc_sync.job.consumers import Consumer, consumer_checkpoint, plan_consumers
@@ -175,6 +175,12 @@ class SyncJob:
         return [sink for consumer in self.consumers for sink in consumer.sinks]
 
     def start(self, available_now: bool = False) -> QueryGroup:
+        refuse_stale_checkpoints(
+            [c.consumer for c in self.consumers],
+            self.connections,
+            self.options.checkpoint_dir,
+            self.options.fail_on_data_loss,
+        )
         if self.metrics is not None and self.metrics_port is None:
             port = self.options.metrics_port or 0
             self.metrics_port = self.metrics.serve(self.options.metrics_host, port)
