@@ -18,8 +18,8 @@ from confluent_kafka.admin import AdminClient
 
 from cdc_sync.core.kafka_clients import admin_config
 from cdc_sync.demo.workload import create_demo_schema
-from cdc_sync.job.checkpoint import StaleCheckpoints
 from cdc_sync.job.consumers import consumer_names
+from cdc_sync.job.stale_checkpoints import StaleCheckpoints
 from cdc_sync.status.gather import gather
 from cdc_sync.status.verdict import Health, Thresholds, judge
 from tests.adversarial.child import wait_for

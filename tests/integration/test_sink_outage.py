@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from cdc_sync.core.retry import RetryPolicy, TransientSinkError
-from cdc_sync.job.health import SinkHealth, SinkState
+from cdc_sync.job.write.health import SinkHealth, SinkState
 from cdc_sync.localstack.process import StackError, Started, stop_pid
 from cdc_sync.localstack.services import start_search
 from cdc_sync.mapping import TableRoute

@@ -344,7 +344,7 @@ def test_the_driver_reads_a_rebased_partition_from_its_low_watermark_like_the_ta
 
 def test_the_cli_prints_one_line_per_stale_consumer(capsys: pytest.CaptureFixture[str]) -> None:
     from cdc_sync.cli import _guarded
-    from cdc_sync.job.checkpoint import StaleCheckpoints
+    from cdc_sync.job.stale_checkpoints import StaleCheckpoints
 
     def start() -> int:
         raise StaleCheckpoints(Path("/ck"), ["consumer search: it is ahead", "consumer redis: too"])

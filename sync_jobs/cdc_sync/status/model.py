@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cdc_sync.job.status_file import JobStatus
+from cdc_sync.job.observe.status_file import JobStatus
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ class ConsumerSnapshot:
     watermarks: tuple[Watermark, ...] = ()
     # Whether the job's process still runs (status.process); None: not known from this host.
     job_alive: bool | None = None
-    # What the broker's topics no longer match in its checkpoint (job.checkpoint.stale_line).
+    # What the broker's topics no longer match in its checkpoint (job.stale_checkpoints.stale_line).
     stale_checkpoint: str | None = None
 
     @property

@@ -12,7 +12,7 @@ it: it is deleted only if it still holds the field read, so a pipeline write sin
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -160,19 +160,23 @@ def delete_extra_rows(
     key_columns: Sequence[str],
     ids: Sequence[str],
     source_ids: Callable[[], Collection[str]],
+    versions: Mapping[str, int] | None = None,
 ) -> ExtraRows:
     """Delete `ids` from sink `name` at their stored versions, unless Postgres has them again
-    (`source_ids` reads its ids now, after the versions were read)."""
+    (`source_ids` reads its ids now, after the versions were read). `versions`: doc id -> the
+    version to delete at instead (erase: above every version the pipeline can still deliver);
+    a sink holding a newer one keeps its row."""
     what = f"repair {name} {route.table}"
     held = read_retried(lambda: sinks.held(name, route, key_columns, ids), what, sinks.retry)
     present = set(source_ids())
     outcome = ExtraRows(gone=len(ids) - len(held), back=len(present & held.keys()))
     extra = {i: v for i, v in sorted(held.items()) if i not in present}
     foreign = {i: v for i, v in extra.items() if isinstance(v, Foreign)}
+    ours = {i: v for i, v in extra.items() if not isinstance(v, Foreign)}
+    at = versions or {}
     changes = [
-        Change(route.table, stored[1], Op.DELETE, stored[0], None, REPAIR_COORDINATES)
-        for stored in extra.values()
-        if not isinstance(stored, Foreign)
+        Change(route.table, key, Op.DELETE, at.get(doc_id, version), None, REPAIR_COORDINATES)
+        for doc_id, (version, key) in ours.items()
     ]
     sink = sinks.sink(name)
     if foreign and isinstance(sink, RedisSink):
@@ -203,11 +207,17 @@ def delete_extra_documents(
     """Delete documents of `name` whose root Postgres no longer has (or whose root no longer
     matches the filter) at their stored versions, unless it should hold them again."""
     spec = mapping.documents[name]
-    route = TableRoute(
-        spec.table, None, {}, SearchRoute(spec.index), None, None, mapping.policies_for(spec.table)
-    )
+    route = document_route(mapping, name)
     where = mapping.document_filter_path(name)
     roots = PostgresRows(conn, converter_modes(mapping.connector))
     return delete_extra_rows(
         sinks, "search", route, [ID_COLUMN], ids, lambda: {r.id for r in roots.roots(spec, where)}
+    )
+
+
+def document_route(mapping: MappingFile, name: str) -> TableRoute:
+    """Document index `name` as a search route keyed by the document id (its root's id)."""
+    spec = mapping.documents[name]
+    return TableRoute(
+        spec.table, None, {}, SearchRoute(spec.index), None, None, mapping.policies_for(spec.table)
     )
