@@ -30,6 +30,7 @@ from cdc_sync.job.options import (
 )
 from cdc_sync.job.settle.applier import BatchObserver
 from cdc_sync.job.settle.shape_check import check_shapes
+from cdc_sync.job.stale_checkpoints import refuse_stale_checkpoints
 from cdc_sync.job.write.health import SinkHealth, SinkStatus
 from cdc_sync.job.write.health_relay import HealthRelay
 from cdc_sync.mapping import MappingFile
@@ -214,6 +215,12 @@ class SyncJob:
         return [sink for consumer in self.consumers for sink in consumer.sinks]
 
     def start(self, available_now: bool = False) -> QueryGroup:
+        refuse_stale_checkpoints(
+            [c.consumer for c in self.consumers],
+            self.connections,
+            self.options.checkpoint_dir,
+            self.options.fail_on_data_loss,
+        )
         if self.metrics is not None and self.metrics_port is None:
             port = self.options.metrics_port or 0
             self.metrics_port = self.metrics.serve(self.options.metrics_host, port)
