@@ -8,21 +8,22 @@ for N orders, rows made as `make bench-documents` makes them (e2ebench/documents
 customers, as many products, 1-5 lines an order) in a private Postgres, read back as the
 decoder gives them and stopped before anything is timed. Then, in one run:
 
-1. the driver's CPU, no server: the rows merged into the job's state (`DocumentSync.apply`),
-   every root rendered from it as the step renders pending roots (the state's reads timed on
-   their own), the job's bulk bodies serialized as its client does, and a content hash per
-   document (what skipping an unchanged document would cost);
+1. the driver's CPU (CPU seconds, not wall time), no server: the rows merged into the job's
+   state (`DocumentSync.apply`), every root rendered from it as the step renders pending roots
+   (the state's reads counted on their own), the job's bulk bodies serialized as its client
+   does, and a content hash per document (what skipping an unchanged document would cost);
 2. the documents' size (JSON bytes, objects nested per document);
 3. on a private search server (the local stack's, warmed up by a scratch load first), the same
    documents written case by case, each on an index of its own (e2ebench/docwrites.py): raw
    (plain opensearch-py `_bulk`, no versions, relations mapped `object`, 5,000 a request, one
    writer), then each factor of the document path alone (versions, the nested mapping, bulk
-   sizes, 2 and 4 writers), the job's combination and the best one found. Each case writes:
+   sizes, 2 and 4 writers), the job's combination, the best one found and raw again (how far
+   the same writes moved during the run: the noise). Each case writes:
    new ids (every document once, in the order the step pages them); the stream (10-document
    bulks of random documents with a changed customer, raw.py's steady rule: first until the
    server's lazy work after the load is done, at most 60 s, then 30 s timed); rewrites (every
-   document again, its customer renamed: a fan-out); raw and the job's also every document
-   once more unchanged;
+   document again, its customer renamed: a fan-out); the job's also every document once more
+   unchanged; the server's CPU for each pass;
 4. the job's own step on the same server: the index built from the state
    (`DocumentSync.ensure_targets` through `SearchSink`) and a rename of every customer applied
    (fan-out to every root: merge, render, write);
@@ -69,6 +70,7 @@ from e2ebench.docwrites import (  # noqa: E402
     content_hash,
     document_shape,
     factor_cases,
+    noise_case,
     raw_result,
     renamed,
     result_json,
@@ -116,16 +118,17 @@ class Collecting(CountingWriter):
 
 
 class TimedState(DocumentState):
-    """The job's state, timing the reads a render makes: root rows, joined rows, filter matches."""
+    """The job's state, counting the CPU of the reads a render makes: root rows, joined rows,
+    filter matches."""
 
     read_seconds = 0.0
 
     def _timed(self, read: Callable[[], Any]) -> Any:
-        started = time.perf_counter()
+        started = time.process_time()
         try:
             return read()
         finally:
-            self.read_seconds += time.perf_counter() - started
+            self.read_seconds += time.process_time() - started
 
     def rows(self, table: TableId, ids: Sequence[str]) -> Any:
         return self._timed(lambda: super(TimedState, self).rows(table, ids))
@@ -182,6 +185,8 @@ def load_source(root: Path, mapping: MappingFile, documents: int) -> Source:
 
 @dataclass(frozen=True)
 class DriverCpu:
+    """CPU seconds of this process (not wall time: a busy machine changes them less)."""
+
     merge_seconds: float  # every row into the state (documents: rows)
     rows: int
     read_seconds: float  # the render's state reads
@@ -190,7 +195,7 @@ class DriverCpu:
     hash_seconds: float  # a content hash per document
 
     def rates(self, documents: int) -> dict[str, float]:
-        """Per second: rows merged (state merge), else documents."""
+        """Per CPU second: rows merged (state merge), else documents."""
         return {
             "state merge": self.rows / self.merge_seconds,
             "state reads": documents / self.read_seconds,
@@ -210,17 +215,13 @@ def render_from_state(
     sync = DocumentSync(mapping, state, collector, full_batch=1)
     sync.state.close()
     timed = sync.state = TimedState(state, mapping.documents.values())
-    started = time.perf_counter()
-    sync.apply([], source.changes, records=rows)
-    merged = time.perf_counter() - started
+    merged = _cpu_seconds(lambda: sync.apply([], source.changes, records=rows))
     sync.full_batch = None
     timed.read_seconds = 0.0  # the merge's fan-out read the state too
-    started = time.perf_counter()
-    sync.apply([], {})
-    rendered = time.perf_counter() - started
+    rendered = _cpu_seconds(lambda: sync.apply([], {}))
     documents = collector.kept
-    serialize = _seconds(lambda: _serialize_as_the_job(documents))
-    hashed = _seconds(lambda: [content_hash(doc) for _, doc in documents])
+    serialize = _cpu_seconds(lambda: _serialize_as_the_job(documents))
+    hashed = _cpu_seconds(lambda: [content_hash(doc) for _, doc in documents])
     cpu = DriverCpu(merged, rows, timed.read_seconds, rendered, serialize, hashed)
     return sync, documents, cpu
 
@@ -242,10 +243,10 @@ def _serialize_as_the_job(documents: Sequence[Document]) -> None:
         "\n".join(serializer.dumps(line) for line in bulk_operations("alias", actions))
 
 
-def _seconds(work: Callable[[], object]) -> float:
-    started = time.perf_counter()
+def _cpu_seconds(work: Callable[[], object]) -> float:
+    started = time.process_time()
     work()
-    return time.perf_counter() - started
+    return time.process_time() - started
 
 
 class Server:
@@ -386,8 +387,8 @@ def print_head(source: Source, cpu: DriverCpu, shape: Shape, documents: int) -> 
         "(hidden documents under a nested mapping)"
     )
     for name, rate in cpu.rates(documents).items():
-        unit = "rows/s" if name == "state merge" else "docs/s"
-        print(f"driver CPU, no server: {name:<16} {rate:>10,.0f} {unit}")
+        unit = "rows" if name == "state merge" else "documents"
+        print(f"driver CPU, no server: {name:<16} {rate:>10,.0f} {unit} a CPU second")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -440,9 +441,9 @@ def main(argv: list[str] | None = None) -> int:
             for case in factor_cases(args.bulks, args.writers):
                 results.append(run_case(server, case, route.search.mapping, documents, args))
                 print(table_row(results[-1], raw_result(results)), flush=True)
-            best = best_case(results)
-            results.append(run_case(server, best, route.search.mapping, documents, args))
-            print(table_row(results[-1], raw_result(results)), flush=True)
+            for case in (best_case(results), noise_case()):
+                results.append(run_case(server, case, route.search.mapping, documents, args))
+                print(table_row(results[-1], raw_result(results)), flush=True)
             result["job_step"] = job_step(sync, source, server, len(documents))
         finally:
             server.close()

@@ -25,7 +25,7 @@ Document = tuple[str, Mapping[str, Any]]  # (doc id, _source)
 @dataclass(frozen=True)
 class Case:
     name: str
-    factor: str  # what differs from raw: raw, versions, mapping, bulk, writers, job, best
+    factor: str  # raw, versions, mapping, bulk, writers (one differs from raw), job, best, noise
     nested: bool = False  # relations as the spec maps them (`nested`), else all `object`
     versioned: bool = False
     bulk: int = RAW_BULK
@@ -124,6 +124,12 @@ def best_case(results: Sequence[CaseResult]) -> Case:
     writers = max(counts, key=lambda r: weakest(r, ("new", "rewrites"))).case.writers
     name = f"best: nested, versioned, bulk {bulk}, {writers} writer{'s' if writers > 1 else ''}"
     return Case(name, "best", True, True, bulk, writers)
+
+
+def noise_case() -> Case:
+    """Raw once more, after every other case: how far the same writes moved during the run (a
+    busy machine, the server's own drift), the band within which a ratio says nothing."""
+    return replace(factor_cases([], [])[0], name="raw again (the run's noise)", factor="noise")
 
 
 def raw_result(results: Sequence[CaseResult]) -> CaseResult:
@@ -265,12 +271,12 @@ def verdict(results: Sequence[CaseResult], cpu_rates: Mapping[str, float]) -> st
     def three(result: CaseResult) -> str:
         kinds = ("new", "stream", "rewrites")
         rates = " / ".join(_x(ratio(result, raw, kind)) for kind in kinds)
-        return f"{rates} (server CPU a document {_x(cpu_ratio(result, raw))})"
+        return f"{rates}, CPU {_x(cpu_ratio(result, raw))}"
 
     parts = []
     job = by_factor.get("job")
     if job is not None:
-        parts.append(f"the job's writes reach {three(job)} of raw's (new ids / stream / rewrites)")
+        parts.append(f"the job's writes {three(job)}")
     costs: dict[str, float] = {}
     for result in results:
         if result.case.factor in ("versions", "mapping") or (
@@ -300,8 +306,12 @@ def verdict(results: Sequence[CaseResult], cpu_rates: Mapping[str, float]) -> st
         parts.append(f"render CPU {_x(render_ratio)} of raw new ids ({bound})")
     best = by_factor.get("best")
     if best is not None:
-        parts.append(f"{best.case.name} reaches {three(best)}")
-    return "verdict: " + "; ".join(parts)
+        parts.append(f"{best.case.name}: {three(best)}")
+    noise = by_factor.get("noise")
+    if noise is not None:
+        parts.append(f"raw again at the end {three(noise)}: ratios that close to 1 are noise")
+    legend = "ratios to raw: new ids / stream / rewrites, the server's CPU a new document"
+    return f"verdict ({legend}): " + "; ".join(parts)
 
 
 def pass_json(found: Pass | Stream | None) -> dict[str, Any] | None:
