@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import shutil
 import sys
@@ -297,6 +298,7 @@ class Server:
             at = None if version is None else version + sent
             return self.bulk(bulk_bodies(index, sample, UPDATE_CHUNK, at)[0])
 
+        cpu = self.cpu()
         found = steady_bulks(one_bulk, seconds, warmup_limit)
         every = found.warmup + found.timed
         stream = Stream(
@@ -306,6 +308,7 @@ class Server:
             found.seconds,
             sum(s > STEADY_BULK_SECONDS for s in every),
             max(every),
+            self.cpu() - cpu,
         )
         return stream, None if version is None else version + sent + 1
 
@@ -461,6 +464,7 @@ def main(argv: list[str] | None = None) -> int:
     line = verdict(results, rates)
     print(line)
     result |= {
+        "load_at_end": os.getloadavg()[0],
         "documents": len(documents),
         "rows": source.counts,
         "shape": asdict(shape),

@@ -59,6 +59,7 @@ class Stream:
     seconds: float
     stalls: int  # bulks slower than the steady rule's threshold, warm-up included
     longest: float
+    server_cpu: float  # the search server's CPU seconds, warm-up included (a stall's work)
 
     @property
     def rate(self) -> float:

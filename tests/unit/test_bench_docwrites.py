@@ -137,7 +137,7 @@ def result(case: Case, new: float, stream: float, rewrites: float, cpu: float = 
     return CaseResult(
         case,
         Pass(1000, 1000 / new, 1, 0.1, cpu),
-        Stream(0.5, True, int(stream * 10), 10.0, 0, 0.1),
+        Stream(0.5, True, int(stream * 10), 10.0, 0, 0.1, 1.0),
         Pass(1000, 1000 / rewrites, 1, 0.1, cpu),
     )
 
