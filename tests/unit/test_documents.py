@@ -553,3 +553,58 @@ def test_a_full_batch_of_snapshot_rows_waits_for_the_end_of_the_backlog(tmp_path
     assert set(index.docs) == {"1", "2"} and index.docs["1"]["lines"][0]["quantity"] == 3
     sync.apply([], folded([read("customers", {"id": 1, "name": "b"})]), records=1)  # partial
     assert index.docs["2"]["customer"] == {"id": 1, "name": "b"}
+
+
+class CountingIndex(MemoryIndex):
+    """Records every bulk it takes (the ids of its actions)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bulks: list[list[str]] = []
+
+    def write_documents(self, alias: str, actions: Sequence[BulkAction]) -> WriteResult:
+        self.bulks.append([action.doc_id for action in actions])
+        return super().write_documents(alias, actions)
+
+
+def test_a_document_that_did_not_change_is_not_written_again(tmp_path: Path) -> None:
+    """A re-rendered root whose document is what the index holds costs no write (the search
+    server re-indexes a re-sent document as fully as a changed one); a changed one is written."""
+    mapping = load(tmp_path)
+    index = CountingIndex()
+    sync = DocumentSync(mapping, tmp_path / "state.sqlite", index)
+    sync.ensure_targets(SCHEMAS_BY_TABLE)
+    line = {"order_id": 1, "line_no": 1, "product_id": 2, "qty": 3}
+    sync.apply(
+        [],
+        folded(
+            [
+                change("orders", {"id": 1, "customer_id": 1, "status": "new"}, False, 10),
+                change("lines", line, False, 10),
+                change("products", {"id": 2, "name": "x"}, False, 10),
+            ]
+        ),
+    )
+    assert index.bulks == [["1"]]
+    sync.apply([], folded([change("products", {"id": 2, "name": "x"}, False, 11)]))
+    assert index.bulks == [["1"]]  # rendered again, the same document: not sent
+    assert index.versions["1"] == 10
+    sync.apply([], folded([change("products", {"id": 2, "name": "y"}, False, 12)]))
+    assert index.bulks == [["1"], ["1"]]
+    assert index.docs["1"]["lines"][0]["product"]["name"] == "y"
+    assert index.versions["1"] == 12
+
+
+def test_rendered_chunks_are_written_in_bulks_as_large_as_the_sinks(tmp_path: Path) -> None:
+    """Roots render a chunk at a time (memory), but go to the server in bulks as large as the
+    search sink's: small bulks left the local search server re-indexing for minutes."""
+    mapping = load(tmp_path)
+    index = CountingIndex()
+    sync = DocumentSync(mapping, tmp_path / "state.sqlite", index, chunk=2)
+    sync.ensure_targets(SCHEMAS_BY_TABLE)
+    orders = [
+        change("orders", {"id": n, "customer_id": 1, "status": "new"}, False, 10)
+        for n in range(1, 6)
+    ]
+    sync.apply([], folded(orders))
+    assert [sorted(bulk) for bulk in index.bulks] == [["1", "2", "3", "4", "5"]]

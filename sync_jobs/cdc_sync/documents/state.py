@@ -61,6 +61,10 @@ CREATE TABLE IF NOT EXISTS matching (doc TEXT NOT NULL, id TEXT NOT NULL,
 CREATE TABLE IF NOT EXISTS pending (doc TEXT NOT NULL, id TEXT NOT NULL,
     PRIMARY KEY (doc, id)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+-- Per document and root: a digest of the document the index holds (written by this state), so
+-- a render whose document did not change is not written again (`written`).
+CREATE TABLE IF NOT EXISTS written (doc TEXT NOT NULL, id TEXT NOT NULL, digest BLOB NOT NULL,
+    PRIMARY KEY (doc, id)) WITHOUT ROWID;
 """
 
 
@@ -278,6 +282,30 @@ class DocumentState:
         """Every pending root of `doc` is in the search server now."""
         with self.transaction():
             self.conn.execute("DELETE FROM pending WHERE doc = ?", [doc])
+
+    def written(self, doc: str, ids: Sequence[str]) -> dict[str, bytes]:
+        """The digests of the documents of these roots the index holds (as this state wrote
+        them)."""
+        query = "SELECT id, digest FROM written WHERE doc = ? AND id IN ({})"
+        return {ident: bytes(digest) for ident, digest in self._select_in(query, [doc], ids)}
+
+    def record_written(
+        self, doc: str, digests: Mapping[str, bytes], deleted: Iterable[str] = ()
+    ) -> None:
+        """The index now holds these documents (by digest), and not those of `deleted`."""
+        with self.transaction():
+            self.conn.executemany(
+                "INSERT OR REPLACE INTO written VALUES (?, ?, ?)",
+                [(doc, ident, digest) for ident, digest in digests.items()],
+            )
+            self.conn.executemany(
+                "DELETE FROM written WHERE doc = ? AND id = ?", _pairs(doc, deleted)
+            )
+
+    def forget_written(self, doc: str) -> None:
+        """A new index is built for `doc`: nothing in it yet."""
+        with self.transaction():
+            self.conn.execute("DELETE FROM written WHERE doc = ?", [doc])
 
     def record_batch(self, batch_id: int, checkpoint: str | None) -> None:
         """The batch this transaction applies, and the query id of its checkpoint."""
