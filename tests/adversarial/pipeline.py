@@ -36,6 +36,7 @@ from cdc_sync.core.settings import Connections
 from cdc_sync.debezium.connector import load_connector, pg_env_from_url
 from cdc_sync.debezium.notifications import parse_notification
 from cdc_sync.debezium.signals import request_snapshot
+from cdc_sync.job.consumers import consumer_checkpoint
 from cdc_sync.mapping import MappingFile, load_mapping
 from cdc_sync.verify.compare import Report, verify_all
 from tests.adversarial.capture import Capture, ConnectCapture, EngineCapture
@@ -144,9 +145,11 @@ class JobProcess(ChildProcess):
         """The next starts run with `options` added (none: the usual arguments)."""
         self.argv = [*self.base_argv, *options]
 
-    def _queries(self) -> list[Path]:
+    def _queries(self, consumer: str | None = None) -> list[Path]:
         """The checkpoints of the job's streaming queries: one per consumer of the log
-        (job.consumers), each with Spark's offsets/ and commits/ folders."""
+        (job.consumers), each with Spark's offsets/ and commits/ folders; or `consumer`'s."""
+        if consumer is not None:
+            return [consumer_checkpoint(self.checkpoint, consumer)]
         return sorted(path.parent for path in self.checkpoint.glob("**/offsets"))
 
     @staticmethod
@@ -154,13 +157,19 @@ class JobProcess(ChildProcess):
         path = query / folder
         return [int(p.name) for p in path.iterdir() if p.name.isdigit()] if path.exists() else []
 
-    def committed_batches(self) -> int:
-        """Batches committed so far, all consumers together (grows when any commits)."""
-        return sum(len(self._batches(query, "commits")) for query in self._queries())
+    def committed_batches(self, consumer: str | None = None) -> int:
+        """Batches committed so far, all consumers together (grows when any commits), or
+        consumer `consumer`'s (search, redis, delta, documents:<name>). By the highest batch
+        id: Spark deletes old commit files (it keeps the last 100)."""
+        return sum(
+            max(self._batches(query, "commits"), default=-1) + 1
+            for query in self._queries(consumer)
+        )
 
-    def in_flight(self) -> bool:
-        """A consumer's batch is planned (its offsets written) and not yet committed."""
-        for query in self._queries():
+    def in_flight(self, consumer: str | None = None) -> bool:
+        """A consumer's batch is planned (its offsets written) and not yet committed; with
+        `consumer`: that consumer's."""
+        for query in self._queries(consumer):
             planned, committed = self._batches(query, "offsets"), self._batches(query, "commits")
             if planned and max(planned) > max(committed, default=-1):
                 return True
@@ -176,10 +185,12 @@ class JobProcess(ChildProcess):
             time.sleep(0.02)
         return True
 
-    def wait_committed(self, more_than: int, timeout_seconds: float = 120.0) -> None:
-        """Until the query has committed a batch past `more_than` (it is mid-stream)."""
+    def wait_committed(
+        self, more_than: int, timeout_seconds: float = 120.0, consumer: str | None = None
+    ) -> None:
+        """Until the queries (or `consumer`'s) have committed more than `more_than` batches."""
         deadline = time.monotonic() + timeout_seconds
-        while self.committed_batches() <= more_than:
+        while self.committed_batches(consumer) <= more_than:
             self.raise_if_dead()
             if time.monotonic() > deadline:
                 raise TimeoutError(f"no batch committed in {timeout_seconds}s (log {self.log})")
