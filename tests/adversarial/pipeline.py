@@ -41,6 +41,13 @@ from cdc_sync.mapping import MappingFile, load_mapping
 from cdc_sync.verify.compare import Report, verify_all
 from tests.adversarial.capture import Capture, ConnectCapture, EngineCapture
 from tests.adversarial.child import PROJECT_ROOT, ChildProcess, frozen, wait_for
+from tests.adversarial.probe import (
+    FLAT_CONSUMERS,
+    PROBE_DEADLINE_SECONDS,
+    PROBE_INTERVAL_SECONDS,
+    FreezeReport,
+    FreshnessProbe,
+)
 from tests.adversarial.workload import CONNECTOR, MAPPING, TABLES
 from tests.e2e.sinks_state import clean_sinks
 from tests.pg import drop_slot
@@ -381,27 +388,39 @@ class Pipeline:
 
     def freeze_search(
         self, search_pid: int, seconds: float, write: Callable[[threading.Event], None]
-    ) -> None:
+    ) -> FreezeReport:
         """The search server SIGSTOPped for `seconds` (always SIGCONTed) while `write(stop)` runs
-        in a thread; then the job must have logged that it waits for the sink, without exiting
-        or restarting."""
+        in a thread and the freshness probe updates adv.probe twice a second; then the job must
+        have logged that it waits for the sink, without exiting or restarting, and the other
+        consumers must have kept applying (FreezeReport.check: invariant 8)."""
         starts, log_before = self.job.starts, len(self.job.log.read_bytes())
         stop = threading.Event()
         writer = threading.Thread(target=write, args=(stop,), daemon=True)
+        probe = FreshnessProbe(self.mapping, self.connections, PROBE_INTERVAL_SECONDS)
         writer.start()
         try:
             with frozen(search_pid):
+                probe.start()
+                before = self._commits()
                 deadline = time.monotonic() + seconds
                 while time.monotonic() < deadline:
                     self.job.raise_if_dead()
                     time.sleep(0.5)
+                during = {name: n - before[name] for name, n in self._commits().items()}
         finally:
             stop.set()
             writer.join()
+        report = FreezeReport(seconds, probe.finish(PROBE_DEADLINE_SECONDS), during)
         logged = self.job.log.read_bytes()[log_before:].decode(errors="replace")
         assert WAITING_LINE in logged, f"no {WAITING_LINE!r} in the job log:\n{self.job.tail()}"
         self.job.raise_if_dead()
         assert self.job.starts == starts, "the sync job was restarted"
+        report.check()
+        return report
+
+    def _commits(self) -> dict[str, int]:
+        """Batches each flat sink's consumer has committed so far."""
+        return {name: self.job.committed_batches(name) for name in FLAT_CONSUMERS}
 
     def flush_cache(self) -> None:
         client = redis.Redis.from_url(self.connections.require("redis_url"))

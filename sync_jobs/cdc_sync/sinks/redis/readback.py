@@ -38,6 +38,12 @@ def rows(client: redis.Redis, cache: CacheRoute, table: TableId) -> dict[str, di
     }
 
 
+def row(client: redis.Redis, cache: CacheRoute, table: TableId, doc_id: str) -> Any:
+    """The cached row of one key (the JSON in its `row` field), None when the cache has none."""
+    value = client.hget(cache.key(table, doc_id), ROW_FIELD)
+    return None if value is None else json.loads(value)
+
+
 def versions(
     client: redis.Redis, cache: CacheRoute, table: TableId, ids: Sequence[str]
 ) -> dict[str, int]:
