@@ -18,8 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from cdc_sync.localstack.process import StackError, Started, stop_pid
-from cdc_sync.localstack.services import start_search
+from cdc_sync.localstack.process import Started
 from tests.adversarial.child import Stopped, frozen
 from tests.adversarial.pipeline import JobProcess, Pipeline
 from tests.adversarial.workload import Workload, create_schema
@@ -36,27 +35,12 @@ STUCK_SECONDS = 2.0  # the search consumer's batch stays uncommitted this long: 
 
 
 @pytest.fixture
-def own_search(tmp_path: Path) -> Iterator[Started]:
-    """A search server of this test's own: freezing it leaves the session's server alone."""
-    root = tmp_path / "search"
-    root.mkdir()
-    try:
-        started = start_search(root)
-    except StackError as exc:
-        pytest.skip(f"no local search server to freeze: {exc}")
-    try:
-        yield started
-    finally:
-        stop_pid(started.pid)
-
-
-@pytest.fixture
 def stop_pipeline(
-    pg_url: str, kafka: KafkaEndpoint, redis_url: str, own_search: Started, tmp_path: Path
+    pg_url: str, kafka: KafkaEndpoint, redis_url: str, private_search: Started, tmp_path: Path
 ) -> Iterator[tuple[Pipeline, Workload]]:
     with private_database(pg_url, "stop_e2e") as database:
         connections = adversarial_connections(
-            database, kafka, own_search.url, redis_url, STOP_REDIS_DB, tmp_path
+            database, kafka, private_search.url, redis_url, STOP_REDIS_DB, tmp_path
         )
         create_schema(database)
         workload = Workload(database, SEED)
@@ -72,7 +56,7 @@ def stop_pipeline(
 
 
 def test_sigterm_and_ctrl_c_end_the_job_within_10_s_while_search_is_frozen(
-    stop_pipeline: tuple[Pipeline, Workload], own_search: Started
+    stop_pipeline: tuple[Pipeline, Workload], private_search: Started
 ) -> None:
     pipeline, workload = stop_pipeline
     pipeline.job.wait_committed(0, timeout_seconds=300, consumer="search")
@@ -81,7 +65,7 @@ def test_sigterm_and_ctrl_c_end_the_job_within_10_s_while_search_is_frozen(
         ("SIGTERM to the job", signal.SIGTERM, False),
         ("Ctrl-C (SIGINT to its group)", signal.SIGINT, True),
     ):
-        with frozen(own_search.pid):
+        with frozen(private_search.pid):
             workload.run(10)
             wait_search_stuck(pipeline.job)
             stops[name] = stopped = pipeline.job.stop_timed(signum, whole_group)
