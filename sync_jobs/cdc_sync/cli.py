@@ -43,8 +43,8 @@ _T = TypeVar("_T")
 # How often `run` looks whether a stop signal came while it waits for the queries.
 STOP_POLL_SECONDS = 0.5
 # After SIGTERM / Ctrl-C: how long the queries get to stop, and when the process leaves anyway,
-# counted from the signal. Spark's JVM and Python workers end after it, 0.5 s to 2.5 s later on
-# a loaded 2-core machine (tests/e2e/test_stop.py): the whole job is gone within 10 s.
+# counted from the signal (the process is gone within 10 s, tests/e2e/test_stop.py; Spark's
+# JVM and Python workers end after it, 0.5 s to 2.5 s later on a loaded 2-core machine).
 STOP_QUERIES_SECONDS = 4.0
 STOP_GRACE_SECONDS = 6.0
 

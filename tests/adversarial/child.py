@@ -99,15 +99,16 @@ class ChildProcess:
         except subprocess.TimeoutExpired:
             returncode = None
         exited = time.monotonic() - started
-        while group_alive(pgid) and time.monotonic() - started < timeout_seconds:
+        left = group_members(pgid)
+        while group_members(pgid) and time.monotonic() - started < timeout_seconds:
             time.sleep(0.05)
         gone = time.monotonic() - started
-        if returncode is None or group_alive(pgid):
+        if returncode is None or group_members(pgid):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pgid, signal.SIGKILL)
             self.process.wait(timeout=30)
         self._close_log()
-        return Stopped(exited, returncode, gone)
+        return Stopped(exited, returncode, gone, left)
 
     def _close_log(self) -> None:
         self.process = None
@@ -123,18 +124,22 @@ class Stopped:
     seconds: float  # signal -> the process exited
     returncode: int | None  # None: it did not exit in time (then killed)
     group_seconds: float  # signal -> nothing of its process group left
+    left: list[str]  # what of its group still ran when it exited (java: Spark's JVM, ...)
 
 
-def group_alive(pgid: int) -> bool:
-    """Some process of group `pgid` still runs (zombies awaiting their reaper do not count)."""
+def group_members(pgid: int) -> list[str]:
+    """The command names of the processes of group `pgid` still running (zombies awaiting
+    their reaper do not count)."""
+    found = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
+            name, rest = stat.read_text().rsplit(")", 1)
         except OSError:  # gone meanwhile
             continue
+        fields = rest.split()
         if int(fields[2]) == pgid and fields[0] != "Z":
-            return True
-    return False
+            found.append(name.split("(", 1)[1])
+    return sorted(found)
 
 
 @contextlib.contextmanager
