@@ -129,18 +129,19 @@ def tree_usage(pid: int) -> Usage:
     return Usage(cpu, rss)
 
 
-# cdc_sync.job.applier.BatchMetrics.summary(), after the logging prefix (cdc_sync.cli):
-# "<date> <time>,<ms> INFO cdc_sync.job.applier: search batch 7: records=180 ... in 1.2s (...)"
-# (the consumer of the log first: job.consumers).
+# cdc_sync.job.settle.applier.BatchMetrics.summary(), after the logging prefix (cdc_sync.cli):
+# "<date> <time>,<ms> INFO cdc_sync.job.settle.applier: search batch 7: records=180 ... in 1.2s
+# (...)" (the consumer of the log first: job.consumers).
 BATCH_LINE = re.compile(
-    r"^(?P<when>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO cdc_sync\.job\.applier: "
+    r"^(?P<when>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO cdc_sync\.job\.settle\.applier: "
     r"(?P<consumer>\S+) batch (?P<batch>\d+): records=(?P<records>\d+) .* "
     r"in (?P<seconds>[\d.]+)s \((?P<stages>.*)\)$"
 )
 STAGE = re.compile(r"(\w+):([\d.]+)s")
-# cdc_sync.job.query_progress.progress_line: Spark's phases of the same batch, in milliseconds.
+# cdc_sync.job.observe.query_progress.progress_line: Spark's phases of the same batch, in
+# milliseconds.
 SPARK_LINE = re.compile(
-    r"INFO cdc_sync\.job\.query_progress: (?P<consumer>\S+) batch (?P<batch>\d+): "
+    r"INFO cdc_sync\.job\.observe\.query_progress: (?P<consumer>\S+) batch (?P<batch>\d+): "
     r"spark (?P<total>\d+)ms \((?P<phases>.*)\)"
 )
 SPARK_PHASE = re.compile(r"(\w+):(\d+)ms")

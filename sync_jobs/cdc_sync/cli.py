@@ -28,7 +28,7 @@ from cdc_sync.core.settings import Connections, SettingsError
 
 if TYPE_CHECKING:
     from cdc_sync.debezium.database import SourceDatabase
-    from cdc_sync.job.metrics_export import ConnectorStatus
+    from cdc_sync.job.observe.metrics_export import ConnectorStatus
     from cdc_sync.job.runner import JobOptions
     from cdc_sync.mapping import MappingFile
 
@@ -47,6 +47,8 @@ STOP_POLL_SECONDS = 0.5
 # JVM and Python workers end after it, 0.5 s to 2.5 s later on a loaded 2-core machine).
 STOP_QUERIES_SECONDS = 4.0
 STOP_GRACE_SECONDS = 6.0
+# How long `erase` waits for the running job to apply what was committed before it started.
+ERASE_WAIT_SECONDS = 60.0
 
 
 def _setup_logging(verbose: bool, command: str | None) -> None:
@@ -218,7 +220,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     import json
 
-    from cdc_sync.job.checkpoint import default_checkpoint_dir
+    from cdc_sync.job.observe.checkpoint import default_checkpoint_dir
     from cdc_sync.mapping import load_mapping
     from cdc_sync.status.gather import gather
     from cdc_sync.status.render import render, to_json
@@ -276,9 +278,10 @@ def cmd_erase(args: argparse.Namespace) -> int:
     """Remove keys from every sink of a table (docs/erasure.md)."""
     import psycopg
 
+    from cdc_sync.job.observe.checkpoint import default_checkpoint_dir
     from cdc_sync.mapping import load_mapping
     from cdc_sync.verify.compare import primary_key, source_keys
-    from cdc_sync.verify.erase import erase
+    from cdc_sync.verify.erase import ErasureRefused, erase, wait_until_applied
     from cdc_sync.verify.extra_rows import RepairSinks
 
     mapping = load_mapping(Path(args.mapping))
@@ -287,6 +290,7 @@ def cmd_erase(args: argparse.Namespace) -> int:
     (table,) = chosen
     connections = _connections(args)
     source = source_for(mapping, connections, args.connector, args.set)
+    checkpoint = Path(args.checkpoint) if args.checkpoint else default_checkpoint_dir(mapping.path)
     sinks = RepairSinks(mapping, connections)
     try:
         with psycopg.connect(source.conninfo) as conn:
@@ -295,9 +299,23 @@ def cmd_erase(args: argparse.Namespace) -> int:
             def present() -> set[str]:
                 return set(source_keys(conn, table)) & set(args.key)
 
+            def caught_up() -> str | None:
+                return wait_until_applied(
+                    conn, connections, mapping, table, args.wait_seconds, checkpoint
+                )
+
             outcome = erase(
-                sinks, mapping.tables[table], key_columns, args.key, present, purge=args.purge
+                sinks,
+                mapping.tables[table],
+                key_columns,
+                args.key,
+                present,
+                caught_up,
+                purge=args.purge,
             )
+    except ErasureRefused as exc:
+        print(f"cdc-sync erase: {exc}", file=sys.stderr)
+        return 2
     finally:
         sinks.close()
     print("\n".join(outcome.lines))
@@ -626,8 +644,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     erase_cmd = sub.add_parser(
         "erase",
-        help="remove keys from every sink of a table, history included (rows deleted in "
-        "Postgres first); --purge also from older Delta versions",
+        help="remove keys from every sink of a table, history and document indices included "
+        "(rows deleted in Postgres first; waits for the running job); --purge also from older "
+        "Delta versions and the Delta log",
     )
     erase_cmd.add_argument("--mapping", required=True)
     erase_cmd.add_argument("--table", required=True, help="schema.table")
@@ -640,8 +659,21 @@ def build_parser() -> argparse.ArgumentParser:
     erase_cmd.add_argument(
         "--purge",
         action="store_true",
-        help="then vacuum the Delta table and its history with retention 0: the erased values "
-        "leave older table versions too (breaks time travel to before the purge)",
+        help="then delete every file and log entry of the Delta table and its history that no "
+        "current row needs: the erased values leave older table versions and the log's "
+        "statistics too (breaks time travel to before the purge)",
+    )
+    erase_cmd.add_argument(
+        "--wait-seconds",
+        type=float,
+        default=ERASE_WAIT_SECONDS,
+        help="how long to wait for the running job to apply every change committed before "
+        f"erase started, then refuse (default {ERASE_WAIT_SECONDS:g})",
+    )
+    erase_cmd.add_argument(
+        "--checkpoint",
+        help="the job's checkpoint dir, where its document indices' progress is read "
+        "(default .cdc-sync/checkpoints/<mapping>)",
     )
     erase_cmd.add_argument(
         "--connector", help="connector JSON (default: the mapping's source.connector)"

@@ -40,7 +40,7 @@ from cdc_sync.shape.spec import (
 
 class OnTombstone(StrEnum):
     # The compacted log's delete: after the log cleaner ran, a consumer behind it may see only
-    # the tombstone of a deleted key (job.fold gives it its version).
+    # the tombstone of a deleted key (job.decode.fold gives it its version).
     DELETE = "delete"
     SKIP = "skip"  # only for topics that are never compacted
     FAIL = "fail"
@@ -53,7 +53,8 @@ class OnMalformed(StrEnum):
 
 class OnSnapshotEnd(StrEnum):
     # A full snapshot of a table (initial, or after lost offsets) is the whole table at its
-    # point: rows the sinks hold older than it that it did not write are gone (job.truncates).
+    # point: rows the sinks hold older than it that it did not write are gone
+    # (job.settle.truncates).
     SWEEP = "sweep"
     # For snapshots that read only part of a table (`snapshot.select.statement.overrides`, a
     # blocking snapshot with `additional-conditions`): sweeping would remove the rest.

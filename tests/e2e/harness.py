@@ -18,7 +18,7 @@ from pyspark.sql import SparkSession
 
 from cdc_sync.core.model import TableId
 from cdc_sync.core.settings import Connections
-from cdc_sync.job.metrics_export import ConnectorStatus
+from cdc_sync.job.observe.metrics_export import ConnectorStatus
 from cdc_sync.job.runner import JobOptions, QueryGroup, SyncJob
 from cdc_sync.mapping import MappingFile, load_mapping
 from cdc_sync.verify.compare import Report, primary_key, verify_all

@@ -188,7 +188,7 @@ def table_digests(database: str) -> list[tuple[str, int]]:
 def test_deferred_primary_key_swap_converges(adversarial: tuple[Pipeline, Workload]) -> None:
     """Two rows of a DEFERRABLE-keyed table swap keys in one UPDATE: Debezium emits delete(a)
     create(b) delete(b) create(a), so key b's last change is a delete though Postgres holds b
-    (found by this suite); the fold hands such a delete to Postgres (job.fold.fold_key)."""
+    (found by this suite); the fold hands such a delete to Postgres (job.decode.fold.fold_key)."""
     pipeline, workload = adversarial
     pipeline.wait_converged(timeout_seconds=120)  # the state before: converged
     assert swap_deferred_keys(workload.context()) is not None

@@ -30,7 +30,7 @@ from cdc_sync.core.kafka_clients import consumer_config
 from cdc_sync.debezium.notifications import end_offsets, follow, notification_topic
 from cdc_sync.debezium.signals import request_snapshot
 from cdc_sync.demo.workload import create_demo_schema
-from cdc_sync.job.checkpoint import processed_offsets
+from cdc_sync.job.observe.checkpoint import processed_offsets
 from tests.debezium_events import source_fields
 from tests.e2e.conftest import CONNECTOR, Services
 from tests.e2e.harness import SyncHarness, e2e_mapping

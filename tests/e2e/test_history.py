@@ -23,7 +23,7 @@ from cdc_sync.demo.workload import create_demo_schema
 from cdc_sync.sinks.delta import readback as delta_readback
 from cdc_sync.sinks.delta.history import interval_problems
 from cdc_sync.verify.compare import source_keys
-from cdc_sync.verify.erase import erase
+from cdc_sync.verify.erase import erase, wait_until_applied
 from cdc_sync.verify.extra_rows import RepairSinks
 from tests.e2e.conftest import Services, running_pipeline
 from tests.e2e.harness import MAPPING, SyncHarness, e2e_mapping
@@ -130,6 +130,14 @@ def test_erase_removes_a_deleted_product_from_every_sink_and_a_replay_keeps_it_o
                 ["id"],
                 ["9800"],
                 lambda: set(source_keys(conn, PRODUCTS)) & {"9800"},
+                lambda: wait_until_applied(
+                    conn,
+                    pipeline.connections,
+                    pipeline.mapping,
+                    PRODUCTS,
+                    60,
+                    pipeline.options("main").checkpoint_dir,
+                ),
                 purge=True,
             )
     finally:
@@ -157,6 +165,9 @@ def cli_files(pipeline: SyncHarness, root: Path) -> tuple[Path, Path]:
         "CDC_SYNC_SEARCH_CLIENT": c.search_client,
         "CDC_SYNC_REDIS_URL": c.require("redis_url"),
         "CDC_SYNC_WAREHOUSE": c.require("warehouse"),
+        # erase reads the document indices' progress against the topics' end offsets
+        "CDC_SYNC_KAFKA_BOOTSTRAP": c.require("kafka_bootstrap"),
+        "CDC_SYNC_KAFKA_FLAVOR": c.kafka_flavor,
     }
     env_file = root / "stack.env"
     env_file.write_text("".join(f"{k}={v}\n" for k, v in env.items()))
@@ -178,6 +189,7 @@ def test_the_erase_command_refuses_live_keys_and_prints_what_it_removed(
     mapping, env_file = cli_files(pipeline, tmp_path)
     erase_args = ["--env-file", str(env_file), "erase", "--mapping", str(mapping)]
     erase_args += ["--table", "shop.products"]
+    erase_args += ["--checkpoint", str(pipeline.options("main").checkpoint_dir)]
     assert main([*erase_args, "--key", "9901"]) == 2  # Postgres still holds it
     assert "still holds ['9901']" in capsys.readouterr().err
     assert main([*erase_args, "--key", "9900", "--purge"]) == 0

@@ -22,8 +22,8 @@ import pytest
 from cdc_sync.cli import main
 from cdc_sync.connectors.engine import CaptureEngine
 from cdc_sync.core.settings import Connections, write_env_file
-from cdc_sync.job.applier import BatchApplier, BatchMetrics
-from cdc_sync.job.console import is_quiet
+from cdc_sync.job.observe.console import is_quiet
+from cdc_sync.job.settle.applier import BatchApplier, BatchMetrics
 from cdc_sync.mapping import load_mapping
 from tests.e2e.conftest import Services
 from tests.e2e.harness import SyncHarness

@@ -28,7 +28,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from cdc_sync.core.kafka_clients import consumer_config
 from cdc_sync.debezium.connector import load_connector
-from cdc_sync.job.applier import BatchMetrics
+from cdc_sync.job.settle.applier import BatchMetrics
 from cdc_sync.mapping import MappingFile, load_mapping
 from tests.e2e.conftest import CONNECTOR, Services, running_pipeline
 from tests.e2e.harness import SyncHarness

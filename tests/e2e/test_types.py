@@ -200,7 +200,7 @@ def test_catalog_schema_matches_what_debezium_sends(
 
 
 # Variable-length types: the ones Postgres can TOAST, so the ones that can arrive as
-# unchanged-value placeholders and be read back from Postgres instead (job.unavailable).
+# unchanged-value placeholders and be read back from Postgres instead (job.write.unavailable).
 TOASTABLE = [
     "c_numeric",
     "c_numeric_free",

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from cdc_sync.core.kafka_clients import consumer_config
-from cdc_sync.job.applier import BatchApplier, BatchMetrics
-from cdc_sync.job.dead_letter import DeadLetterLedger, DeadLetterWriter
+from cdc_sync.job.settle.applier import BatchApplier, BatchMetrics
+from cdc_sync.job.settle.dead_letter import DeadLetterLedger, DeadLetterWriter
 from cdc_sync.mapping import OnMalformed, Policies
 from cdc_sync.status.broker import record_count
 from tests.changes import change, mapping_of, products_route

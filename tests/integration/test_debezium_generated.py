@@ -5,7 +5,7 @@ stored generated column with its value; streamed inserts and updates leave it ou
 altogether (no field in the `after` schema, not a null). Before Postgres 18 pgoutput does not
 publish such columns.
 
-Then, as the job handles them (`job.generated`): the table's schema keeps the column (in its
+Then, as the job handles them (`job.write.generated`): the table's schema keeps the column (in its
 catalog place, typed as the snapshot types it), so streamed changes are no schema change even
 under `on_schema_change: fail`; and the write step's fill reads the column back from Postgres by
 key, so every change carries the value Postgres computed (compared with Postgres's own SQL).
@@ -23,9 +23,9 @@ import psycopg
 import pytest
 
 from cdc_sync.core.model import Change, Op, TableId
-from cdc_sync.job.fold import fold_key
-from cdc_sync.job.schema_changes import SchemaTracker
-from cdc_sync.job.unavailable import SourceFiller
+from cdc_sync.job.decode.fold import fold_key
+from cdc_sync.job.settle.schema_changes import SchemaTracker
+from cdc_sync.job.write.unavailable import SourceFiller
 from cdc_sync.mapping import OnSchemaChange, Policies, TableRoute
 from cdc_sync.schema.catalog import ConverterModes
 from tests.changes import mapping_of

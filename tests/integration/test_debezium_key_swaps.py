@@ -13,7 +13,7 @@ Observed with the embedded engine (Debezium 3.6.3, pgoutput, Postgres 15):
   the swapped rows differ: swapping two rows whose other columns are equal emits exactly the
   chain's events (ops, keys, before and after images), yet Postgres then holds key 6 and after
   the chain it does not. No rule over the events alone can tell them apart; reading Postgres
-  by key can (what `job/fold.py` does when both sit in one batch).
+  by key can (what `job/decode/fold.py` does when both sit in one batch).
 """
 
 from __future__ import annotations

@@ -115,7 +115,8 @@ def test_unchanged_toasted_arrays_of_every_type_are_unavailable(
     assert change.uncertain_columns == frozenset(n for n, form in observed.items() if form is None)
     assert change.row is not None and change.row["n"] == 1
 
-    # The read-back that fills them (job.unavailable) gives what Debezium sent in the snapshot.
+    # The read-back that fills them (job.write.unavailable) gives what Debezium sent in the
+    # snapshot.
     sent = snapshot.change()
     assert sent.unavailable_columns == frozenset() and sent.row is not None
     assert sent.schema is not None and change.schema is not None

@@ -288,7 +288,7 @@ def test_every_valid_value_decodes_to_what_postgres_holds(
             }
         )
     assert not wrong
-    # The fill (job.unavailable) reads every column as the decoder gives it.
+    # The fill (job.write.unavailable) reads every column as the decoder gives it.
     with psycopg.connect(capture.url) as conn:
         read = read_columns(
             conn,

@@ -13,7 +13,7 @@ import pytest
 from deltalake import DeltaTable
 
 from cdc_sync.core.model import Change, TableId, Truncate
-from cdc_sync.job.fold import fold_key
+from cdc_sync.job.decode.fold import fold_key
 from cdc_sync.mapping import DeltaRoute, Policies, TableRoute
 from cdc_sync.sinks.delta import DeltaSink
 from cdc_sync.sinks.delta.history import interval_problems

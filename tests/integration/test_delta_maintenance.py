@@ -4,6 +4,7 @@ travel within the retention, and Change Data Feed when the mapping turns it on."
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -99,6 +100,44 @@ def test_forced_short_retention_vacuums_what_compaction_replaced(tmp_path: Path)
     on_disk = [p for p in Path(path_of(tmp_path, ROUTE)).glob("*.parquet")]
     assert data.files_after == 1 and len(on_disk) == 1
     assert rows(DeltaTable(path_of(tmp_path, ROUTE))) == expected
+
+
+def test_vacuum_deletes_files_whose_remove_left_the_checkpoints_but_none_in_flight(
+    tmp_path: Path,
+) -> None:
+    """Delta drops a remove action from its checkpoints after
+    `delta.deletedFileRetentionDuration` (a week; a second here), and the job writes a
+    checkpoint every 100 commits: a default vacuum no longer knew those files and left them on
+    disk for good. A file written but not committed yet (the job's MERGE in flight) stays."""
+    sink = DeltaSink(tmp_path, tombstone_retention_seconds=3600)
+    sink.ensure_target(ROUTE, change(ROUTE, "c", 1, 1, "x").schema)
+    expected = small_merges(sink, ROUTE, 6)
+    table_dir = Path(path_of(tmp_path, ROUTE))
+    aged_out = {"delta.deletedFileRetentionDuration": "interval 1 seconds"}
+    DeltaTable(str(table_dir)).alter.set_table_properties(aged_out)
+    time.sleep(1.5)
+    DeltaTable(str(table_dir)).create_checkpoint()
+    week_ago = time.time() - 200 * 3600  # the files are as old as their removes
+    for file in table_dir.glob("*.parquet"):
+        os.utime(file, (week_ago, week_ago))
+    in_flight = table_dir / "part-00000-in-flight.snappy.parquet"
+    in_flight.write_bytes(b"written by a MERGE that has not committed yet")
+
+    def on_disk() -> set[str]:
+        return {p.name for p in table_dir.glob("*.parquet")}
+
+    def current() -> set[str]:
+        return {Path(uri).name for uri in DeltaTable(str(table_dir)).file_uris()}
+
+    aged = on_disk() - current() - {in_flight.name}
+    assert aged
+    assert ROUTE.delta is not None
+    maintain_route(tmp_path, ROUTE.delta, UpkeepOptions(3600))  # the week's retention
+    assert not aged & on_disk() and in_flight.name in on_disk()
+    # The files compaction just replaced stay for the retention; forced to 0 they go.
+    maintain_route(tmp_path, ROUTE.delta, UpkeepOptions(3600, retention_hours=0, force=True))
+    assert on_disk() == current() | {in_flight.name}
+    assert rows(DeltaTable(str(table_dir))) == expected
 
 
 def test_dry_run_changes_nothing(tmp_path: Path) -> None:

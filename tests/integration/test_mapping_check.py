@@ -14,7 +14,7 @@ from cdc_sync.core.model import TableId
 from cdc_sync.debezium.connector import load_connector
 from cdc_sync.debezium.database import SourceDatabase
 from cdc_sync.demo.workload import create_demo_schema
-from cdc_sync.job.shape_check import check_shapes
+from cdc_sync.job.settle.shape_check import check_shapes
 from cdc_sync.mapping import load_mapping
 from cdc_sync.schema.catalog import ConverterModes
 from cdc_sync.verify.mapping_check import validate_mapping
@@ -100,7 +100,10 @@ tables:
   shop.products:
     search: {filter: "price"}
     cache: {hash: {fields: [colour], secret_env: X}}
-ignore: [shop.orders, shop.order_lines, shop.cdc_sync_signal, shop.cdc_sync_heartbeat]
+  shop.orders:
+    search: {mask: {id: "0"}}
+    delta: {hash: {fields: [id], secret_env: X}}
+ignore: [shop.order_lines, shop.cdc_sync_signal, shop.cdc_sync_heartbeat]
 """
 
 
@@ -122,6 +125,8 @@ def test_bad_expressions_and_fields_name_the_file_and_field_path(
         "tables.shop.customers.cache.computed.twice: Binder Error: No function matches",
         "tables.shop.products.search.filter: a filter is a boolean expression, this is decimal",
         "tables.shop.products.cache.hash.fields: no field 'colour'",
+        "tables.shop.orders.search.mask: key column 'id' cannot be masked",
+        "tables.shop.orders.delta.hash.fields: key column 'id' cannot be hashed",
     ]
     for text in expected:
         assert any(f.startswith(f"{bad}: {text}") for f in findings), (text, findings)
@@ -153,6 +158,14 @@ def test_the_job_start_check_names_the_field_and_binds_the_hash_secret(
         check_shapes(load_mapping(path), source, modes)
     assert unknown.value.path == "tables.shop.customers.cache.computed.n"
     assert "fullname" in unknown.value.message
+    path.write_text(
+        "version: 1\nsource: {topic_prefix: cdc}\ntables:\n  shop.customers:\n"
+        "    cache: {mask: {id: '0'}}\n"
+    )
+    with pytest.raises(ConfigError) as masked_key:  # the job does not start
+        check_shapes(load_mapping(path), source, modes)
+    assert masked_key.value.path == "tables.shop.customers.cache.mask"
+    assert "key column 'id' cannot be masked" in masked_key.value.message
 
 
 BAD_DOCUMENTS = """

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from cdc_sync.core.model import Change, Coordinates, Op, TableId, Truncate
 from cdc_sync.core.types import Column, ColumnType, RowSchema, TypeKind
-from cdc_sync.job.fold import fold_key
+from cdc_sync.job.decode.fold import fold_key
 from cdc_sync.mapping import TableRoute, load_mapping
 from cdc_sync.sinks.base import Sink
 from cdc_sync.sinks.delta import DeltaSink

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from cdc_sync.core.retry import RetryPolicy, TransientSinkError
-from cdc_sync.job.health import SinkHealth, SinkState
+from cdc_sync.job.write.health import SinkHealth, SinkState
 from cdc_sync.localstack.process import Started
 from cdc_sync.mapping import TableRoute
 from cdc_sync.sinks.base import WriteResult

@@ -7,7 +7,7 @@ import pytest
 
 from cdc_sync.connectors.slots import format_slots
 from cdc_sync.debezium.slots import list_slots
-from cdc_sync.job.capture_probes import SourceSlots
+from cdc_sync.job.observe.capture_probes import SourceSlots
 from tests.pg import private_database
 
 pytestmark = pytest.mark.integration

@@ -7,7 +7,7 @@ import psycopg
 import pytest
 
 from cdc_sync.core.model import TableId
-from cdc_sync.job.console import catalog_estimates
+from cdc_sync.job.observe.console import catalog_estimates
 from tests.pg import private_database
 
 pytestmark = pytest.mark.integration

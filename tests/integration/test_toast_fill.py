@@ -1,4 +1,4 @@
-"""The unchanged-TOAST fill (job.unavailable) on real Postgres, when the table changed shape
+"""The unchanged-TOAST fill (job.write.unavailable) on real Postgres, when the table changed shape
 after the change was written: a column dropped or renamed before the job read the change, and
 changes of two schemas in one batch. The fill reads only columns the table has now; a column
 it no longer has stays unfilled (the sinks keep what they hold, the schema-change policy
@@ -15,7 +15,7 @@ import pytest
 
 from cdc_sync.core.model import Change, Op, TableId
 from cdc_sync.debezium.decoder import parse_record
-from cdc_sync.job.unavailable import SourceFiller
+from cdc_sync.job.write.unavailable import SourceFiller
 from cdc_sync.schema.catalog import ConverterModes
 from tests.envelopes import PRODUCT_FIELDS, UNAVAILABLE, coords, envelope_bytes, field, key_bytes
 from tests.envelopes import product as product_row
@@ -133,7 +133,7 @@ def test_a_swap_settled_from_postgres_skips_a_dropped_column(database: str) -> N
 def test_a_delete_settled_across_a_batch_boundary_is_read_with_the_tables_schema(
     database: str,
 ) -> None:
-    """The key's create was in the batch before (job.open_transactions): the delete travels
+    """The key's create was in the batch before (job.decode.open_transactions): the delete travels
     without a schema, and is read with the table's accepted one; a key Postgres no longer
     holds stays a delete."""
     schema = toast_only_update(1, ()).schema

@@ -8,8 +8,8 @@ from collections.abc import Mapping, Sequence
 import pytest
 
 from cdc_sync.core.model import Change, Truncate
-from cdc_sync.job.applier import BatchApplier, BatchMetrics, PolicyViolation
-from cdc_sync.job.dead_letter import DeadLetter
+from cdc_sync.job.settle.applier import BatchApplier, BatchMetrics, PolicyViolation
+from cdc_sync.job.settle.dead_letter import DeadLetter
 from cdc_sync.mapping import OnMalformed, Policies, TableRoute
 from cdc_sync.schema import RowSchema
 from cdc_sync.sinks.base import RecordFailure, WriteResult

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from cdc_sync.job.applier import BatchMetrics
-from cdc_sync.job.query_progress import progress_line
+from cdc_sync.job.observe.query_progress import progress_line
+from cdc_sync.job.settle.applier import BatchMetrics
 from cdc_sync.sinks.base import WriteResult
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
@@ -31,7 +31,7 @@ pytestmark = pytest.mark.unit
 def job_log_line(metrics: BatchMetrics) -> str:
     """The line as `cdc-sync run` logs it (cdc_sync.cli's format)."""
     record = logging.LogRecord(
-        "cdc_sync.job.applier", logging.INFO, __file__, 1, "%s", (metrics.summary(),), None
+        "cdc_sync.job.settle.applier", logging.INFO, __file__, 1, "%s", (metrics.summary(),), None
     )
     formatter = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
     return formatter.format(record)
@@ -189,7 +189,7 @@ def test_sparks_phases_of_a_batch_and_the_freshness_floor_they_imply(tmp_path: P
                     "walCommit": 70, "addBatch": 350, "commitOffsets": 90},
     )  # fmt: skip
     spark = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s").format(
-        logging.LogRecord("cdc_sync.job.query_progress", logging.INFO, __file__, 1, "%s",
+        logging.LogRecord("cdc_sync.job.observe.query_progress", logging.INFO, __file__, 1, "%s",
                           (progress_line(progress),), None)
     )  # fmt: skip
     log = tmp_path / "job.log"

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cdc_sync.core.model import Change, Coordinates, Op, TableId
-from cdc_sync.job.fold import fold, order_key
+from cdc_sync.job.decode.fold import fold, order_key
 
 pytestmark = pytest.mark.unit
 TABLE = TableId("shop", "products")

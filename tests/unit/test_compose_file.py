@@ -20,10 +20,10 @@ from cdc_sync.core.model import TableId
 from cdc_sync.core.settings import Connections
 from cdc_sync.debezium.connector import PLACEHOLDER, load_connector, source_conninfo
 from cdc_sync.debezium.slots import Slot
-from cdc_sync.job.applier import BatchMetrics, TableProgress
-from cdc_sync.job.capture_probes import CaptureReadings, ConnectorState
-from cdc_sync.job.health import SinkHealth
-from cdc_sync.job.metrics import JobMetrics
+from cdc_sync.job.observe.capture_probes import CaptureReadings, ConnectorState
+from cdc_sync.job.observe.metrics import JobMetrics
+from cdc_sync.job.settle.applier import BatchMetrics, TableProgress
+from cdc_sync.job.write.health import SinkHealth
 from cdc_sync.mapping import load_mapping
 from cdc_sync.sinks.base import WriteResult
 

@@ -13,8 +13,8 @@ from rich.console import Console
 
 from cdc_sync.core.logs import CONSOLE, setup_logging
 from cdc_sync.core.model import TableId
-from cdc_sync.job.applier import BatchMetrics, TableProgress
-from cdc_sync.job.console import BatchLine, SnapshotProgress, batch_line
+from cdc_sync.job.observe.console import BatchLine, SnapshotProgress, batch_line
+from cdc_sync.job.settle.applier import BatchMetrics, TableProgress
 from cdc_sync.sinks.base import RecordFailure, WriteResult
 
 pytestmark = pytest.mark.unit
@@ -39,7 +39,7 @@ def test_console_shows_warnings_and_job_lines_the_file_everything(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], restore_logging: None
 ) -> None:
     settings = setup_logging(verbose=False, directory=tmp_path)
-    logging.getLogger("cdc_sync.job.applier").info("batch 3: records=10 ... (detailed)")
+    logging.getLogger("cdc_sync.job.settle.applier").info("batch 3: records=10 ... (detailed)")
     logging.getLogger(CONSOLE).info("batch 3: 10 records")
     logging.getLogger("cdc_sync.sinks").warning("waiting for sink search")
     console = capsys.readouterr().err
@@ -54,7 +54,7 @@ def test_verbose_console_shows_everything_and_keeps_spark_output(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], restore_logging: None
 ) -> None:
     settings = setup_logging(verbose=True, directory=tmp_path)
-    logging.getLogger("cdc_sync.job.applier").debug("detailed")
+    logging.getLogger("cdc_sync.job.settle.applier").debug("detailed")
     assert "detailed" in capsys.readouterr().err
     assert settings.jvm_log is None  # the JVM writes to this console
 

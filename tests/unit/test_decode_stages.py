@@ -3,7 +3,8 @@
 import pyarrow as pa
 import pytest
 
-from cdc_sync.job.decode import (
+from cdc_sync.job.decode.fold import fold_key
+from cdc_sync.job.decode.partition import (
     KIND_CHANGE,
     KIND_MALFORMED,
     KIND_OPEN,
@@ -15,7 +16,6 @@ from cdc_sync.job.decode import (
     fold_batches,
     load_change,
 )
-from cdc_sync.job.fold import fold_key
 from tests.envelopes import UNAVAILABLE, envelope_bytes, key_bytes, product
 
 pytestmark = pytest.mark.unit

@@ -58,7 +58,7 @@ def test_a_partial_snapshot_end_removes_unread_rows_only_when_the_table_sweeps(
     tmp_path: Path, policy: str, kept: list[int]
 ) -> None:
     """A snapshot that re-read only line 1 (`snapshot.select.statement.overrides`) ends: under
-    `keep` line 2 stays in the documents, as in the flat sinks (job.truncates)."""
+    `keep` line 2 stays in the documents, as in the flat sinks (job.settle.truncates)."""
     text = MAPPING.replace("tables:\n", f"tables:\n  s.lines: {{on_snapshot_end: {policy}}}\n")
     index = MemoryIndex()
     sync = DocumentSync(load(tmp_path, text), tmp_path / "state.sqlite", index)

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 import pytest
 
 from cdc_sync.core.model import Change, TableId, Truncate
-from cdc_sync.job.applier import BatchApplier, BatchMetrics
+from cdc_sync.job.settle.applier import BatchApplier, BatchMetrics
 from cdc_sync.mapping import TableRoute
 from cdc_sync.schema import RowSchema
 from cdc_sync.sinks.base import WriteResult

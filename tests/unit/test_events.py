@@ -180,7 +180,7 @@ def test_versions_follow_commit_order_not_the_changes_own_lsn() -> None:
 def test_a_change_written_first_but_committed_last_wins() -> None:
     """T1 writes key 5 first (lsn 100) and commits after T2 wrote it (lsn 110): in commit order
     T1 is newer, and the fold keeps it (by lsn T2 would win and T1 be fenced forever)."""
-    from cdc_sync.job.fold import fold
+    from cdc_sync.job.decode.fold import fold
 
     t2 = versioned(5, 110, '["90","110"]', 0)
     t1 = versioned(5, 100, '["130","100"]', 1)

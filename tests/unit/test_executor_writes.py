@@ -15,15 +15,20 @@ import pytest
 
 from cdc_sync.core.model import Change, Truncate
 from cdc_sync.core.retry import RetryPolicy
-from cdc_sync.job.decode import KIND_CHANGE, KIND_STATS, decode_and_fold, load_change
-from cdc_sync.job.health import SinkHealth, SinkState
-from cdc_sync.job.health_relay import HealthRelay, RelayObserver
-from cdc_sync.job.schema_changes import SchemaState
+from cdc_sync.job.decode.partition import (
+    KIND_CHANGE,
+    KIND_STATS,
+    decode_and_fold,
+    load_change,
+)
+from cdc_sync.job.settle.schema_changes import SchemaState
 from cdc_sync.job.spark_session import MASTER_VAR, spark_master
 from cdc_sync.job.stream import PartitionSplit, SideRows
-from cdc_sync.job.table_writes import write_table
-from cdc_sync.job.task_sinks import TaskSinkSpec
-from cdc_sync.job.task_writes import WRITE_COLUMNS, WritePlan, load_writes, write_partition
+from cdc_sync.job.write.health import SinkHealth, SinkState
+from cdc_sync.job.write.health_relay import HealthRelay, RelayObserver
+from cdc_sync.job.write.table_writes import write_table
+from cdc_sync.job.write.task_sinks import TaskSinkSpec
+from cdc_sync.job.write.task_writes import WRITE_COLUMNS, WritePlan, load_writes, write_partition
 from cdc_sync.mapping import TableRoute
 from cdc_sync.schema import RowSchema, row_schema_from_connect
 from cdc_sync.sinks.base import WriteResult
@@ -90,7 +95,7 @@ def test_a_task_waiting_for_a_sink_shows_in_the_drivers_log_and_status(
     relay = HealthRelay(health)
     try:
         observer = RelayObserver(relay.address)
-        with caplog.at_level(logging.WARNING, logger="cdc_sync.job.health_relay"):
+        with caplog.at_level(logging.WARNING, logger="cdc_sync.job.write.health_relay"):
             observer.waiting("search", "bulk of 3 actions", 1_700_000_000.0, TimeoutError())
             wait_for(lambda: health.status()["search"].state is SinkState.WAITING)
         status = health.status()["search"]

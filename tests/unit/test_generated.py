@@ -1,6 +1,6 @@
-"""Stored generated columns (job.generated): put back where the catalog has them, so a streamed
-change's schema (without them) and a snapshot row's (with them) are one schema, and marked for
-reading back only when a change lacks them."""
+"""Stored generated columns (job.write.generated): put back where the catalog has them, so a
+streamed change's schema (without them) and a snapshot row's (with them) are one schema, and marked
+for reading back only when a change lacks them."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from cdc_sync.core.model import Change, Coordinates, Op, TableId
 from cdc_sync.core.types import Column, ColumnType, RowSchema, TypeKind
-from cdc_sync.job.generated import TableGenerated
+from cdc_sync.job.write.generated import TableGenerated
 
 pytestmark = pytest.mark.unit
 INT = ColumnType(TypeKind.INT32)

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cdc_sync.core.model import Change, Coordinates, Op, TableId
-from cdc_sync.job.fold import fold_key
+from cdc_sync.job.decode.fold import fold_key
 from cdc_sync.sinks.delta.history import (
     IS_CURRENT,
     VERSION_FROM,

@@ -2,8 +2,9 @@
 
 `UPDATE t SET id = 3 - id` reaches Kafka as d(1) ts(1) c(2) d(2) ts(2) c(1) in one transaction
 (tests/integration/test_debezium_key_swaps.py). A delete after a create of the same key in the
-same transaction is settled by reading Postgres (job.fold); the batch holding the create hands
-the key to the next batch (job.open_transactions) when the boundary falls inside the swap.
+same transaction is settled by reading Postgres (job.decode.fold); the batch holding the create
+hands the key to the next batch (job.decode.open_transactions) when the boundary falls inside the
+swap.
 """
 
 from __future__ import annotations
@@ -25,14 +26,19 @@ from cdc_sync.core.model import (
     Tombstone,
     tombstone_delete,
 )
-from cdc_sync.job.batch_state import Where
-from cdc_sync.job.decode import KIND_CHANGE, KIND_OPEN, decode_and_fold, load_change
-from cdc_sync.job.fold import OpenTransaction, Transaction, fold_key, left_open
-from cdc_sync.job.open_transactions import (
+from cdc_sync.job.decode.batch_state import Where
+from cdc_sync.job.decode.fold import OpenTransaction, Transaction, fold_key, left_open
+from cdc_sync.job.decode.open_transactions import (
     FileOpenTransactions,
     OpenTransactionsCorrupt,
     StoredOpenTransactions,
     carried_on,
+)
+from cdc_sync.job.decode.partition import (
+    KIND_CHANGE,
+    KIND_OPEN,
+    decode_and_fold,
+    load_change,
 )
 from tests.envelopes import envelope_bytes, key_bytes, product
 
@@ -154,7 +160,8 @@ Sink = dict[str, tuple[int, Mapping[str, Any] | None]]
 
 def apply(sink: Sink, changes: list[Change], postgres: Mapping[str, Mapping[str, Any]]) -> None:
     """Version-fenced writes (>=), as every sink does; a change the fold hands to Postgres is
-    settled from `postgres` (job.unavailable); an unversioned delete removes whatever is held."""
+    settled from `postgres` (job.write.unavailable); an unversioned delete removes whatever is
+    held."""
     for c in changes:
         row = c.row
         if c.resolve_from_source:
@@ -207,7 +214,7 @@ def run_batches(
 
 
 def _open(row: dict[str, object]) -> OpenTransaction:
-    from cdc_sync.job.decode import open_transaction
+    from cdc_sync.job.decode.partition import open_transaction
 
     return open_transaction(row)
 

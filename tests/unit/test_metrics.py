@@ -14,16 +14,16 @@ from cdc_sync.cli import build_parser, connector_status, job_options
 from cdc_sync.core.model import Change, TableId, Truncate
 from cdc_sync.core.settings import Connections
 from cdc_sync.debezium.slots import Slot
-from cdc_sync.job.applier import BatchApplier, BatchMetrics, TableProgress
-from cdc_sync.job.capture_probes import (
+from cdc_sync.job.observe.capture_probes import (
     CaptureProbes,
     CaptureReadings,
     ConnectorState,
     connector_state,
 )
-from cdc_sync.job.health import SinkHealth
-from cdc_sync.job.metrics import JobMetrics
+from cdc_sync.job.observe.metrics import JobMetrics
 from cdc_sync.job.runner import JobOptions
+from cdc_sync.job.settle.applier import BatchApplier, BatchMetrics, TableProgress
+from cdc_sync.job.write.health import SinkHealth
 from cdc_sync.mapping import OnMalformed, Policies, TableRoute, load_mapping
 from cdc_sync.schema import RowSchema
 from cdc_sync.sinks.base import RecordFailure, WriteResult

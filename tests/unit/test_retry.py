@@ -17,7 +17,7 @@ from cdc_sync.core.retry import (
     TransientSinkError,
     retried,
 )
-from cdc_sync.job.health import SinkHealth, SinkState
+from cdc_sync.job.write.health import SinkHealth, SinkState
 
 pytestmark = pytest.mark.unit
 POLICY = RetryPolicy(attempts=3, base_seconds=0.01, max_seconds=0.05)

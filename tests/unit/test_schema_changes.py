@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from cdc_sync.core.model import Change, Truncate
-from cdc_sync.job.applier import BatchApplier
-from cdc_sync.job.schema_changes import SchemaChangeRejected, SchemaTracker
-from cdc_sync.job.schema_store import FileSchemaStore
+from cdc_sync.job.settle.applier import BatchApplier
+from cdc_sync.job.settle.schema_changes import SchemaChangeRejected, SchemaTracker
+from cdc_sync.job.settle.schema_store import FileSchemaStore
 from cdc_sync.mapping import MappingFile, OnSchemaChange, Policies, TableRoute, load_mapping
 from cdc_sync.schema import Column, ColumnType, RowSchema, TypeKind
 from cdc_sync.sinks.base import WriteResult
@@ -147,7 +147,7 @@ def test_without_a_stored_schema_the_first_one_seen_is_the_baseline_and_logged(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     tracker = SchemaTracker(MAPPING, FileSchemaStore(tmp_path))
-    with caplog.at_level(logging.INFO, logger="cdc_sync.job.schema_store"):
+    with caplog.at_level(logging.INFO, logger="cdc_sync.job.settle.schema_store"):
         state = tracker.observe(route(OnSchemaChange.FAIL), ADDED)
     assert state.evolved and state.schema == ADDED
     assert "first schema seen is the baseline" in caplog.text

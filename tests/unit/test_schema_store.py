@@ -16,7 +16,7 @@ from cdc_sync.core.types import (
     row_schema_from_json,
     row_schema_to_json,
 )
-from cdc_sync.job.schema_store import FileSchemaStore, SchemaStateCorrupt
+from cdc_sync.job.settle.schema_store import FileSchemaStore, SchemaStateCorrupt
 
 pytestmark = pytest.mark.unit
 TABLE = TableId("shop", "customers")

@@ -310,6 +310,35 @@ def test_expressions_are_checked_against_the_columns(
     assert where == f"{tmp_path / 'm.yaml'}: {path}" and message in found
 
 
+@pytest.mark.parametrize("sink", ["search", "cache", "delta"])
+@pytest.mark.parametrize(
+    ("shaping", "field", "advice"),
+    [
+        ("mask: {id: '***'}", "mask", "ids would collide"),
+        (f"hash: {{fields: [id], secret_env: {SECRET_ENV}}}", "hash.fields", "surrogate key"),
+        # A renamed key column is still the key: shapes name the sink's fields.
+        ("mask: {ident: x}", "mask", "ids would collide"),
+    ],
+)
+def test_a_key_column_cannot_be_masked_or_hashed(
+    tmp_path: Path, sink: str, shaping: str, field: str, advice: str
+) -> None:
+    """The search _id, the cache key and the Delta MERGE key are the raw key in every sink
+    (and in verify, repair and erase): a masked or hashed key column would not change them, so
+    the mapping is refused, naming the field and what to do instead."""
+    rename = "    rename: {id: ident}\n" if "ident" in shaping else ""
+    text = (
+        "version: 1\nsource: {topic_prefix: cdc}\ntables:\n  shop.customers:\n"
+        f"{rename}    {sink}: {{{shaping}}}\n"
+    )
+    route = load(tmp_path, text)
+    problems = shape_problems(route, route.shapes, SCHEMA, ["id"])
+    where = f"{tmp_path / 'm.yaml'}: tables.shop.customers.{sink}.{field}"
+    assert [w for w, _ in problems] == [where], problems
+    message = problems[0][1]
+    assert "key column" in message and advice in message, message
+
+
 def test_a_missing_hash_secret_names_the_field_and_never_the_value(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

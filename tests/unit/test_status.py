@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from cdc_sync.core.model import TableId
-from cdc_sync.job.applier import BatchMetrics, TableProgress
-from cdc_sync.job.checkpoint import processed_offsets
-from cdc_sync.job.health import SinkHealth
-from cdc_sync.job.status_file import JobStatus, StatusRecorder, read_status
+from cdc_sync.job.observe.checkpoint import processed_offsets
+from cdc_sync.job.observe.status_file import JobStatus, StatusRecorder, read_status
+from cdc_sync.job.settle.applier import BatchMetrics, TableProgress
+from cdc_sync.job.write.health import SinkHealth
 from cdc_sync.sinks.base import WriteResult
 from cdc_sync.status.gather import StatusFileWatermarks
 from cdc_sync.status.model import (
@@ -227,7 +227,7 @@ def test_versions_render_as_lsns() -> None:
 
 
 def _mark(source_seconds: float) -> object:
-    from cdc_sync.job.status_file import TableMark
+    from cdc_sync.job.observe.status_file import TableMark
 
     return TableMark(0x1A2B3C, int(source_seconds * 1000), NOW - 3)
 

@@ -16,8 +16,8 @@ from cdc_sync.core.model import (
     Tombstone,
     tombstone_delete,
 )
-from cdc_sync.job.decode import KIND_CHANGE, decode_and_fold, load_change
-from cdc_sync.job.fold import fold_key
+from cdc_sync.job.decode.fold import fold_key
+from cdc_sync.job.decode.partition import KIND_CHANGE, decode_and_fold, load_change
 from tests.envelopes import envelope_bytes, key_bytes, product
 
 pytestmark = pytest.mark.unit

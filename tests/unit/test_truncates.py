@@ -23,15 +23,20 @@ from cdc_sync.core.model import (
 )
 from cdc_sync.core.types import KnownSchema
 from cdc_sync.debezium.decoder import MalformedRecord, parse_record
-from cdc_sync.job.applier import BatchApplier
-from cdc_sync.job.decode import KIND_CHANGE, KIND_STATS, KIND_TRUNCATE, decode_and_fold
-from cdc_sync.job.stream import SideRows
-from cdc_sync.job.truncates import (
+from cdc_sync.job.decode.partition import (
+    KIND_CHANGE,
+    KIND_STATS,
+    KIND_TRUNCATE,
+    decode_and_fold,
+)
+from cdc_sync.job.settle.applier import BatchApplier
+from cdc_sync.job.settle.truncates import (
     FileTruncateFences,
     TruncateFences,
     TruncateFencesCorrupt,
     newest_per_table,
 )
+from cdc_sync.job.stream import SideRows
 from cdc_sync.mapping import (
     CacheRoute,
     DeltaRoute,

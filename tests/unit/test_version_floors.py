@@ -7,8 +7,13 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from cdc_sync.job.decode import KIND_CHANGE, decode_and_fold, decode_batches, load_change
-from cdc_sync.job.version_floors import (
+from cdc_sync.job.decode.partition import (
+    KIND_CHANGE,
+    decode_and_fold,
+    decode_batches,
+    load_change,
+)
+from cdc_sync.job.decode.version_floors import (
     FileVersionFloors,
     Floors,
     StoredFloors,

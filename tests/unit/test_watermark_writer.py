@@ -12,10 +12,10 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from cdc_sync.core.model import Change, Truncate
-from cdc_sync.job.applier import BatchMetrics
-from cdc_sync.job.watermark_rule import WatermarkRule
-from cdc_sync.job.watermark_writer import Observation, WatermarkWriter
-from cdc_sync.job.watermarks import WatermarkObserver
+from cdc_sync.job.observe.watermark_rule import WatermarkRule
+from cdc_sync.job.observe.watermark_writer import Observation, WatermarkWriter
+from cdc_sync.job.observe.watermarks import WatermarkObserver
+from cdc_sync.job.settle.applier import BatchMetrics
 from cdc_sync.mapping import TableRoute
 from cdc_sync.schema import RowSchema
 from cdc_sync.sinks.base import WriteResult
@@ -148,7 +148,7 @@ def test_a_failed_write_is_logged_and_retried_with_the_next_batch(
 ) -> None:
     sink, ends = GatedSink(failures=1), Ends({PRODUCTS: 1})
     observer = observer_of(sink, ends)
-    with caplog.at_level(logging.WARNING, logger="cdc_sync.job.watermark_writer"):
+    with caplog.at_level(logging.WARNING, logger="cdc_sync.job.observe.watermark_writer"):
         observer(batch(0, 1_000))
         assert sink.entered.wait(WAIT)  # the first (failing) write has started
         observer(batch(1, None))  # advances nothing, but brings the retry
@@ -168,7 +168,7 @@ def test_a_failed_write_is_retried_on_a_tick_when_no_batch_comes(
     sink = GatedSink(failures=2)
     routes = {PRODUCTS[0]: products_route()}
     writer = WatermarkWriter([sink], routes, lambda: {PRODUCTS: 1}, retry_seconds=0.01)
-    with caplog.at_level(logging.WARNING, logger="cdc_sync.job.watermark_writer"):
+    with caplog.at_level(logging.WARNING, logger="cdc_sync.job.observe.watermark_writer"):
         writer.submit(Observation(0, 1_000, {PRODUCTS: 1}))
         assert writer.flush(WAIT)
     assert sink.calls == 3 and sink.positions == [1_000] and writer.recorded == 1_000
@@ -181,7 +181,7 @@ def test_unavailable_end_offsets_skip_the_candidate_with_a_warning(
 ) -> None:
     sink, ends = GatedSink(), Ends({PRODUCTS: 1}, unavailable=1)
     observer = observer_of(sink, ends)
-    with caplog.at_level(logging.WARNING, logger="cdc_sync.job.watermarks"):
+    with caplog.at_level(logging.WARNING, logger="cdc_sync.job.observe.watermarks"):
         observer(batch(0, 1_000))
         assert observer.flush(WAIT)
     assert "end offsets unavailable" in caplog.text and sink.positions == []
@@ -217,7 +217,7 @@ def test_close_gives_up_on_a_stuck_sink_and_leaves_the_reader_to_the_thread(
     observer = observer_of(sink, ends)
     observer(batch(0, 1_000))
     assert sink.entered.wait(WAIT)
-    with caplog.at_level(logging.WARNING, logger="cdc_sync.job.watermark_writer"):
+    with caplog.at_level(logging.WARNING, logger="cdc_sync.job.observe.watermark_writer"):
         observer.close(timeout_seconds=0.01)
     assert "applied watermark 0/3E8 not recorded in every sink" in caplog.text
     assert not ends.closed  # the thread may still read it

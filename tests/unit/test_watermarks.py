@@ -16,9 +16,9 @@ from cdc_sync.core.lsn import format_lsn, parse_lsn
 from cdc_sync.core.model import Change, Op, TableId, Truncate
 from cdc_sync.core.settings import Connections
 from cdc_sync.debezium.connector import load_connector
-from cdc_sync.job.applier import BatchApplier, BatchMetrics
-from cdc_sync.job.watermark_rule import WatermarkRule
-from cdc_sync.job.watermarks import WatermarkObserver
+from cdc_sync.job.observe.watermark_rule import WatermarkRule
+from cdc_sync.job.observe.watermarks import WatermarkObserver
+from cdc_sync.job.settle.applier import BatchApplier, BatchMetrics
 from cdc_sync.mapping import MappingFile, TableRoute, load_mapping
 from cdc_sync.sinks.base import WriteResult
 from cdc_sync.sinks.delta.watermarks import watermark_rows

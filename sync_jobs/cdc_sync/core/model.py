@@ -6,6 +6,7 @@ above it (fold, routing, sinks, verify) works on them and never on raw envelopes
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -17,7 +18,7 @@ KEY_SEPARATOR = "|"
 # The version of a delete known only from a Kafka tombstone whose delete event the log cleaner
 # removed (or that a batch holds without it): it deletes whatever version a sink holds, and any
 # change after it in the log wins. The fold gives a tombstone the version of the change before it
-# in the batch when there is one (job.fold.version_tombstones).
+# in the batch when there is one (job.decode.fold.version_tombstones).
 UNVERSIONED = -1
 ESCAPE = "\\"
 
@@ -108,7 +109,7 @@ class Change:
     schema: RowSchema | None = field(default=None, compare=False, repr=False)
     # A delete that follows a create of the same key in the same transaction: either the row was
     # created and deleted, or two rows swapped keys (deferrable keys) and the key is present.
-    # Only Postgres can tell (job.unavailable reads it).
+    # Only Postgres can tell (job.write.unavailable reads it).
     resolve_from_source: bool = False
     # The change's own WAL position (Debezium's `source.lsn`); None where it has none
     # (incremental-snapshot rows, tombstones).
@@ -119,24 +120,24 @@ class Change:
     snapshot_point: int | None = None
     # The unavailable columns whose placeholder could be the real value (a null: Debezium sends
     # null for both, `schema.unavailable`). Never filled from an older change: only Postgres
-    # can tell (job.unavailable reads it).
+    # can tell (job.write.unavailable reads it).
     uncertain_columns: frozenset[str] = frozenset()
     # Debezium's `source.txId`, kept only for the changes of the first transaction streamed
     # after a snapshot (`source.sequence` `[null, lsn]`): versioned by their own positions, they
-    # differ in version within their transaction, and this tells they are one (job.fold). None
-    # for every other change: its version (the commit before its transaction) identifies it.
+    # differ in version within their transaction, and this tells they are one (job.decode.fold).
+    # None for every other change: its version (the commit before its transaction) identifies it.
     transaction: int | None = None
     # The last row of its table in a full (initial or blocking) snapshot, Debezium's
     # `source.snapshot` "last" / "last_in_data_collection": the table's snapshot is complete,
     # and every row the sinks hold older than it that the snapshot did not write is gone
-    # (job.truncates applies it as a `Truncate` with `snapshot_end`).
+    # (job.settle.truncates applies it as a `Truncate` with `snapshot_end`).
     ends_snapshot: bool = False
     # Tables with a Delta history (`delta.history`): the key's earlier states in the batch, one
     # per version (the last change of each), oldest first. The fold keeps only the newest state;
     # the history needs every version (sinks.delta.history). Empty for every other table.
     earlier: tuple[Change, ...] = field(default=(), compare=False, repr=False)
     # A delete: the row the key held just before it, when the batch held the change that wrote
-    # it, whole (no unchanged-TOAST column left out): the fold keeps it (job.fold), so a
+    # it, whole (no unchanged-TOAST column left out): the fold keeps it (job.decode.fold), so a
     # soft-delete sink's filter reads the row as it was deleted (`cdc_sync.shape`). None when
     # the batch did not hold it: the sink holds that state, if it matched.
     deleted_row: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
@@ -237,6 +238,13 @@ def document_id(key: tuple[tuple[str, Any], ...]) -> str:
     if len(key) == 1:
         return str(key[0][1])
     return KEY_SEPARATOR.join(_escaped(str(value)) for _, value in key)
+
+
+def id_digest(doc_id: str) -> str:
+    """SHA-256 of a document id, as hex: what a fence against a deleted key keeps instead of
+    the key (which may itself be erased data: an email as the key). It only confirms a key
+    someone already knows."""
+    return hashlib.sha256(doc_id.encode()).hexdigest()
 
 
 def _escaped(part: str) -> str:

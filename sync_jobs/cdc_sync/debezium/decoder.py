@@ -226,7 +226,7 @@ def _parse_payload(
         raise MalformedRecord(coordinates, f"{where}.after", f"missing for op {op.value!r}")
     row_schema = row_schema_of()
     # Unchanged TOAST values are left out of the row: the fold, the sinks or a read from
-    # Postgres fill them (job.fold, job.unavailable); they are never written as data.
+    # Postgres fill them (job.decode.fold, job.write.unavailable); they are never written as data.
     placeholders_possible = op in (Op.CREATE, Op.UPDATE)
     unavailable = frozenset(
         column.name
@@ -275,8 +275,8 @@ def commit_order_version(source: Mapping[str, Any], floor: int = 0) -> int | Non
     next transaction, whose version is its commit end: so its version is the larger of its
     `lsn` and `floor`, the highest snapshot point before it in its partition (a snapshot row
     read while capture had streamed no commit yet, `[null, S]`: `Change.snapshot_point`; the job
-    keeps it across batches, `job/version_floors.py`); equal to a snapshot row's, it still wins
-    by Kafka order. Only the snapshot's point, not the partition's highest version: Debezium
+    keeps it across batches, `job/decode/version_floors.py`); equal to a snapshot row's, it still
+    wins by Kafka order. Only the snapshot's point, not the partition's highest version: Debezium
     sends that transaction again, byte for byte, when it restarts from offsets stored before
     its first commit (observed in tests/integration/test_debezium_ordering.py), and the copy
     must not rise above the transactions that followed it. Its commit ends after S, so every
@@ -299,7 +299,7 @@ def commit_order_version(source: Mapping[str, Any], floor: int = 0) -> int | Non
 def _first_transaction_id(source: Mapping[str, Any]) -> int | None:
     """`source.txId` of a change of the first transaction streamed after a snapshot (`[null,
     lsn]`, versioned by its own position: `commit_order_version`), else None. Its changes
-    differ in version; the id tells they are one transaction (job.fold)."""
+    differ in version; the id tells they are one transaction (job.decode.fold)."""
     tx_id = source.get("txId")
     if not isinstance(tx_id, int) or isinstance(tx_id, bool) or _is_snapshot_row(source):
         return None

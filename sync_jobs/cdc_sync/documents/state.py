@@ -1,11 +1,16 @@
 """The documents' state: every row of every document table, kept by the job from the log.
 
 A SQLite file beside the checkpoint (`<checkpoint>/documents/state.sqlite`): one row per key of
-each document table (its JSON, version; a delete keeps its version so a stale change cannot bring
-the row back), the join values of the columns relations join on (indexed: finding a parent's
+each document table (its JSON, version), the deleted keys (a SHA-256 of the key and the delete's
+version, so a stale change cannot bring the row back, and the key itself is not kept), the join
+values of the columns relations join on (indexed: finding a parent's
 children or a child's parents is one indexed lookup per relation), the roots a batch still has to
 render (`pending`, written in the batch's transaction, cleared once the search server holds
 them: a crash in between renders them again) and the version documents are written at.
+
+A deleted row is forgotten (erasure, docs/erasure.md): its JSON, key and join values are deleted
+with `secure_delete` on, so freed pages are zeroed, and `forget_freed` truncates the WAL file,
+whose older frames still held them.
 
 It is as big as the document tables' rows in JSON plus one index entry per join column and row.
 It belongs to its streaming query's checkpoint, and records in each batch's transaction the
@@ -24,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cdc_sync.core.model import TableId
+from cdc_sync.core.model import TableId, id_digest
 from cdc_sync.documents.rows import Row, dumps, json_object, row_links
 from cdc_sync.relations import DocumentSpec
 
@@ -36,8 +41,12 @@ _CHUNK = 500
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS rows (
     tbl TEXT NOT NULL, id TEXT NOT NULL, version INTEGER NOT NULL,
-    key TEXT NOT NULL, doc TEXT,  -- doc NULL: deleted at `version`
+    key TEXT NOT NULL, doc TEXT,  -- doc NULL: deleted at `version` (older states; see `deleted`)
     PRIMARY KEY (tbl, id)) WITHOUT ROWID;
+-- Deleted keys, by the SHA-256 of their id (`core.model.id_digest`), with the delete's version.
+CREATE TABLE IF NOT EXISTS deleted (
+    tbl TEXT NOT NULL, digest TEXT NOT NULL, version INTEGER NOT NULL,
+    PRIMARY KEY (tbl, digest)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS links (
     tbl TEXT NOT NULL, col TEXT NOT NULL, val TEXT NOT NULL, id TEXT NOT NULL,
     PRIMARY KEY (tbl, col, val, id)) WITHOUT ROWID;
@@ -146,10 +155,18 @@ class DocumentState:
         self.conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         self.conn.execute("PRAGMA journal_mode=WAL")
         self.conn.execute("PRAGMA synchronous=NORMAL")
+        self.conn.execute("PRAGMA secure_delete=ON")  # deleted rows' bytes are zeroed
         self.conn.executescript(_SCHEMA)
+        specs = list(specs)
         self.columns = join_columns(specs)
+        # Table name -> the documents rooted at it (their `matching` roots go with a delete).
+        self.rooted: dict[str, list[str]] = {}
+        for spec in specs:
+            self.rooted.setdefault(str(spec.table), []).append(spec.name)
         with self.transaction():
             self._reindex_changed_columns()
+            self._digest_deleted_keys()
+        self.forget_freed()
 
     def close(self) -> None:
         self.conn.close()
@@ -199,7 +216,9 @@ class DocumentState:
         name = str(table)
         stored = self._stored(name, [e.id for e in entries])
         changed = Changed()
-        written: list[tuple[str, str, int, str, str | None]] = []
+        written: list[tuple[str, str, int, str, str]] = []
+        deleted: list[tuple[str, str, int]] = []
+        revived: list[str] = []
         for entry in entries:
             held = stored.get(entry.id)
             if held is not None and not entry.unversioned and held[0] > entry.version:
@@ -215,15 +234,15 @@ class DocumentState:
                 held_values = old.doc if old is not None else {}
                 doc = {**kept, **{c: held_values[c] for c in entry.unavailable if c in held_values}}
             version = entry.version if not entry.unversioned else (held[0] if held else -1)
-            text = None if doc is None else dumps(doc)
-            written.append((name, entry.id, version, dumps(list(entry.key)), text))
-            if doc is not None:
-                changed.after.append(Row(entry.id, entry.key, doc))
-        # In bulk: one statement each for the rows, their old join values and their new ones.
-        self.conn.executemany("INSERT OR REPLACE INTO rows VALUES (?, ?, ?, ?, ?)", written)
-        self.conn.executemany(
-            "DELETE FROM links WHERE tbl = ? AND id = ?", [(name, w[1]) for w in written]
-        )
+            if doc is None:
+                deleted.append((name, entry.id, version))
+                continue
+            if held is not None and old is None:
+                revived.append(entry.id)  # deleted before: its digest goes
+            written.append((name, entry.id, version, dumps(list(entry.key)), dumps(doc)))
+            changed.after.append(Row(entry.id, entry.key, doc))
+        # In bulk: one statement each for the rows, the deleted keys, the join values.
+        self._write(name, written, deleted, revived)
         self._link(table, changed.after)
         return changed
 
@@ -235,14 +254,14 @@ class DocumentState:
             "SELECT id, key, doc FROM rows WHERE tbl = ? AND doc IS NOT NULL AND version < ?",
             [name, version],
         )
-        self.conn.executemany(
-            "UPDATE rows SET doc = NULL, version = ? WHERE tbl = ? AND id = ?",
-            [(version - 1, name, row.id) for row in removed],
-        )
-        self.conn.executemany(
-            "DELETE FROM links WHERE tbl = ? AND id = ?", [(name, row.id) for row in removed]
-        )
+        self._write(name, [], [(name, row.id, version - 1) for row in removed], [])
         return Changed(removed, [], {row.id for row in removed})
+
+    def forget_freed(self) -> None:
+        """Truncate the WAL file once its frames are in the database: they still hold the
+        rows as they were before their deletes (the database's own freed space is zeroed,
+        `secure_delete`). Called after a batch that deleted rows; outside a transaction."""
+        self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
     def set_matching(self, doc: str, matching: Iterable[str], not_matching: Iterable[str]) -> None:
         """A filtered document's roots: which match its filter now."""
@@ -303,11 +322,59 @@ class DocumentState:
     # -- internals --------------------------------------------------------------------------
 
     def _stored(self, name: str, ids: Sequence[str]) -> dict[str, tuple[int, Row | None]]:
-        query = "SELECT id, version, key, doc FROM rows WHERE tbl = ? AND id IN ({})"
-        return {
-            ident: (version, _row(ident, key, doc) if doc else None)
-            for ident, version, key, doc in self._select_in(query, [name], ids)
+        """id -> (version, row; None when deleted) of those of `ids` the state knows."""
+        digests = {id_digest(ident): ident for ident in ids}
+        query = "SELECT digest, version FROM deleted WHERE tbl = ? AND digest IN ({})"
+        found: dict[str, tuple[int, Row | None]] = {
+            digests[digest]: (version, None)
+            for digest, version in self._select_in(query, [name], digests)
         }
+        query = "SELECT id, version, key, doc FROM rows WHERE tbl = ? AND id IN ({})"
+        for ident, version, key, doc in self._select_in(query, [name], ids):
+            if ident not in found or version > found[ident][0]:
+                found[ident] = (version, _row(ident, key, doc) if doc else None)
+        return found
+
+    def _write(
+        self,
+        name: str,
+        rows: Sequence[tuple[str, str, int, str, str]],
+        deleted: Sequence[tuple[str, str, int]],
+        revived: Sequence[str],
+    ) -> None:
+        """Present rows (tbl, id, version, key, doc), deleted keys (tbl, id, version) and the
+        ids of `rows` that were deleted keys: each key kept in one of the two tables, its old
+        join values dropped."""
+        self.conn.executemany("INSERT OR REPLACE INTO rows VALUES (?, ?, ?, ?, ?)", rows)
+        self.conn.executemany(
+            "DELETE FROM deleted WHERE tbl = ? AND digest = ?",
+            [(name, id_digest(ident)) for ident in revived],
+        )
+        self.conn.executemany(
+            "INSERT OR REPLACE INTO deleted VALUES (?, ?, ?)",
+            [(name, id_digest(ident), version) for _, ident, version in deleted],
+        )
+        gone = [(name, ident) for _, ident, _ in deleted]
+        self.conn.executemany("DELETE FROM rows WHERE tbl = ? AND id = ?", gone)
+        self.conn.executemany(
+            "DELETE FROM matching WHERE doc = ? AND id = ?",
+            [(doc, ident) for doc in self.rooted.get(name, ()) for _, ident in gone],
+        )
+        self.conn.executemany(
+            "DELETE FROM links WHERE tbl = ? AND id = ?",
+            [(name, row[1]) for row in rows] + gone,
+        )
+
+    def _digest_deleted_keys(self) -> None:
+        """Deleted keys of a state written before `deleted` existed: kept by digest only."""
+        held = self.conn.execute("SELECT tbl, id, version FROM rows WHERE doc IS NULL").fetchall()
+        self.conn.executemany(
+            "INSERT OR REPLACE INTO deleted VALUES (?, ?, ?)",
+            [(tbl, id_digest(ident), version) for tbl, ident, version in held],
+        )
+        self.conn.executemany(
+            "DELETE FROM rows WHERE tbl = ? AND id = ?", [(tbl, ident) for tbl, ident, _ in held]
+        )
 
     def _select_in(
         self, query: str, params: Sequence[object], values: Iterable[str]

@@ -57,7 +57,8 @@ log = logging.getLogger(__name__)
 console = logging.getLogger(CONSOLE)
 
 STATE_FILE = "state.sqlite"  # in the document consumer's checkpoint (job.consumers)
-# The key of a table's full, filled changes among a write's deferred changes (job.table_writes).
+# The key of a table's full, filled changes among a write's deferred changes
+# (job.write.table_writes).
 DOCUMENTS_DEFERRED = "documents"
 CHUNK = 1000  # roots rendered and written per bulk request
 
@@ -253,6 +254,8 @@ class DocumentSync:
                 building = self.state.meta(building_key(name))
                 if building is not None:
                     self._promote(name, spec, building)
+        if truncates or any(c.row is None for found in changes.values() for c in found):
+            self.state.forget_freed()  # erasure: no old copy of a deleted row stays in the WAL
         return result
 
     def close(self) -> None:

@@ -30,9 +30,9 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame
 from pyspark.sql.pandas.types import from_arrow_schema
 
-from cdc_sync.job.decode import FOLDED_SCHEMA, KIND_CHANGE
-from cdc_sync.job.table_writes import TableWrite
-from cdc_sync.job.task_writes import (
+from cdc_sync.job.decode.partition import FOLDED_SCHEMA, KIND_CHANGE
+from cdc_sync.job.write.table_writes import TableWrite
+from cdc_sync.job.write.task_writes import (
     WRITE_COLUMNS,
     WRITES_SCHEMA,
     WritePlan,

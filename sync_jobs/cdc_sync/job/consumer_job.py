@@ -29,25 +29,25 @@ from cdc_sync.debezium.connector import converter_modes as connector_modes
 from cdc_sync.debezium.database import SourceDatabase
 from cdc_sync.documents import DocumentSync, state_fits_checkpoint
 from cdc_sync.documents.sync import STATE_FILE
-from cdc_sync.job.applier import BatchApplier, BatchObserver
 from cdc_sync.job.batch_phases import SmallBatches
-from cdc_sync.job.console import BatchLine, SnapshotProgress
 from cdc_sync.job.consumers import Consumer
-from cdc_sync.job.dead_letter import DeadLetterLedger, DeadLetterWriter
-from cdc_sync.job.generated import GeneratedColumns
-from cdc_sync.job.health import SinkHealth
-from cdc_sync.job.health_relay import HealthRelay
-from cdc_sync.job.metrics import JobMetrics
-from cdc_sync.job.open_transactions import FileOpenTransactions
+from cdc_sync.job.decode.open_transactions import FileOpenTransactions
+from cdc_sync.job.decode.version_floors import FileVersionFloors
+from cdc_sync.job.observe.console import BatchLine, SnapshotProgress
+from cdc_sync.job.observe.metrics import JobMetrics
+from cdc_sync.job.observe.query_progress import log_previous_batch
+from cdc_sync.job.observe.status_file import StatusRecorder
+from cdc_sync.job.observe.watermarks import WatermarkObserver
 from cdc_sync.job.options import JobOptions
-from cdc_sync.job.query_progress import log_previous_batch
-from cdc_sync.job.schema_store import FileSchemaStore
-from cdc_sync.job.status_file import StatusRecorder
+from cdc_sync.job.settle.applier import BatchApplier, BatchObserver
+from cdc_sync.job.settle.dead_letter import DeadLetterLedger, DeadLetterWriter
+from cdc_sync.job.settle.schema_store import FileSchemaStore
+from cdc_sync.job.settle.truncates import FileTruncateFences, TruncateFences
 from cdc_sync.job.stream import MicroBatchProcessor
-from cdc_sync.job.task_sinks import TaskSinkSpec
-from cdc_sync.job.truncates import FileTruncateFences, TruncateFences
-from cdc_sync.job.version_floors import FileVersionFloors
-from cdc_sync.job.watermarks import WatermarkObserver
+from cdc_sync.job.write.generated import GeneratedColumns
+from cdc_sync.job.write.health import SinkHealth
+from cdc_sync.job.write.health_relay import HealthRelay
+from cdc_sync.job.write.task_sinks import TaskSinkSpec
 from cdc_sync.mapping import MappingFile, SchemaSource
 from cdc_sync.schema import RowSchema
 from cdc_sync.schema.catalog import ConverterModes, known_schemas, row_schema_from_catalog

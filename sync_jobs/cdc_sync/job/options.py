@@ -12,8 +12,8 @@ from cdc_sync.core.retry import (
     RetryPolicy,
 )
 from cdc_sync.core.settings import Connections, state_dir
-from cdc_sync.job.checkpoint import default_checkpoint_dir
-from cdc_sync.job.metrics_export import DEFAULT_METRICS_HOST, DEFAULT_PROBE_SECONDS
+from cdc_sync.job.observe.checkpoint import default_checkpoint_dir
+from cdc_sync.job.observe.metrics_export import DEFAULT_METRICS_HOST, DEFAULT_PROBE_SECONDS
 from cdc_sync.mapping import MappingFile
 
 # Records per micro-batch at most: after an outage one batch would otherwise hold the whole

@@ -17,21 +17,21 @@ from cdc_sync.core.logs import CONSOLE
 from cdc_sync.core.model import TableId
 from cdc_sync.core.settings import Connections
 from cdc_sync.debezium.database import SourceDatabase, source_database
-from cdc_sync.job.applier import BatchObserver
-from cdc_sync.job.checkpoint import processed_offsets
-from cdc_sync.job.console import SnapshotProgress, catalog_estimates
 from cdc_sync.job.consumer_job import ConsumerJob, SharedParts, converter_modes
 from cdc_sync.job.consumers import Consumer, consumer_checkpoint, plan_consumers
-from cdc_sync.job.health import SinkHealth, SinkStatus
-from cdc_sync.job.health_relay import HealthRelay
-from cdc_sync.job.metrics_export import ConnectorStatus, MetricsEndpoint
+from cdc_sync.job.observe.checkpoint import processed_offsets
+from cdc_sync.job.observe.console import SnapshotProgress, catalog_estimates
+from cdc_sync.job.observe.metrics_export import ConnectorStatus, MetricsEndpoint
 from cdc_sync.job.options import (
     DEFAULT_DRIVER_BATCH_MAX_RECORDS,
     DEFAULT_MAX_OFFSETS_PER_TRIGGER,
     DEFAULT_TRIGGER_SECONDS,
     JobOptions,
 )
-from cdc_sync.job.shape_check import check_shapes
+from cdc_sync.job.settle.applier import BatchObserver
+from cdc_sync.job.settle.shape_check import check_shapes
+from cdc_sync.job.write.health import SinkHealth, SinkStatus
+from cdc_sync.job.write.health_relay import HealthRelay
 from cdc_sync.mapping import MappingFile
 from cdc_sync.sinks.base import Sink
 
@@ -48,18 +48,51 @@ log = logging.getLogger(__name__)
 
 POLL_SECONDS = 0.1  # how often a wait on the queries looks whether one ended
 INITIALIZE_SECONDS = 60.0  # a query's sources start within this, or the next starts anyway
+START_ATTEMPTS = 3  # starts of a query that fails before its first batch (QueryGroup)
 
 
 class QueryGroup:
     """The consumers' streaming queries, handled as one: the job runs while all of them run; the
-    first to fail (or stop) ends the job, and stopping stops them all."""
+    first to fail (or stop) ends the job, and stopping stops them all.
 
-    def __init__(self, queries: dict[str, StreamingQuery]) -> None:
+    A query that fails before it made any progress is started again (`restart`), up to
+    `START_ATTEMPTS` times: Spark gives the Python process of a query's source 10 s to connect
+    back (a fixed limit), which a busy machine can miss while the other consumers run their first
+    batches (seen in the e2e suite); nothing was applied yet, so a new start is harmless."""
+
+    def __init__(
+        self,
+        queries: dict[str, StreamingQuery],
+        restart: Callable[[str], StreamingQuery] | None = None,
+    ) -> None:
         self.queries = queries
+        self.restart = restart
+        self.starts = dict.fromkeys(queries, 1)
+        self._reviving = threading.Lock()
+
+    def _revive(self) -> None:
+        if self.restart is None:
+            return
+        with self._reviving:
+            for name, query in list(self.queries.items()):
+                if self.starts[name] >= START_ATTEMPTS or query.isActive:
+                    continue
+                error = query.exception()
+                if error is None or query.lastProgress is not None:
+                    continue
+                first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+                logging.getLogger(CONSOLE).warning(
+                    "consumer %s: its query failed before its first batch (%s); starting it again",
+                    name,
+                    first[:200],
+                )
+                self.starts[name] += 1
+                self.queries[name] = self.restart(name)
 
     # StreamingQuery's names, so that callers handle one query or the group alike.
     @property
     def isActive(self) -> bool:
+        self._revive()
         return all(query.isActive for query in self.queries.values())
 
     def awaitTermination(self, timeout: float | None = None) -> bool:
@@ -69,7 +102,12 @@ class QueryGroup:
 
     def await_all(self, timeout: float) -> bool:
         """True once every query has ended (availableNow drains), else False after `timeout`."""
-        return self._wait(lambda: not any(q.isActive for q in self.queries.values()), timeout)
+
+        def ended() -> bool:
+            self._revive()
+            return not any(query.isActive for query in self.queries.values())
+
+        return self._wait(ended, timeout)
 
     @staticmethod
     def _wait(done: Callable[[], bool], timeout: float | None) -> bool:
@@ -82,6 +120,7 @@ class QueryGroup:
 
     def exception(self) -> Exception | None:
         """The first failed consumer's error, named after the consumer."""
+        self._revive()
         for name, query in self.queries.items():
             error = query.exception()
             if error is not None:
@@ -188,15 +227,18 @@ class SyncJob:
         )
         if self.progress is not None:
             self.progress.start()
-        started = {}
-        for consumer in self.consumers:
+
+        def start(name: str) -> StreamingQuery:
             # One after the other: each query starts a Python process for its source (Python
             # Data Source), and Spark 4.2's factory of such processes is not safe for
             # concurrent starts: of four queries started at once, two or three failed with
             # "Python worker failed to connect back" (repeatable, on an idle machine too).
-            started[consumer.name] = query = consumer.start(available_now)
+            query = self.consumer(name).start(available_now)
             _wait_initialized(query, INITIALIZE_SECONDS)
-        self.query = QueryGroup(started)
+            return query
+
+        started = {consumer.name: start(consumer.name) for consumer in self.consumers}
+        self.query = QueryGroup(started, restart=start)
         return self.query
 
     def drain(self, timeout_seconds: float = 600) -> None:

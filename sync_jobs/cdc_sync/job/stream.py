@@ -29,9 +29,15 @@ from typing import Any
 from pyspark.sql import DataFrame
 
 from cdc_sync.core.model import Coordinates, KnownSchemas, TableId, Truncate, TruncateFence
-from cdc_sync.job.applier import BatchApplier, BatchMetrics, Rejected
 from cdc_sync.job.batch_phases import SmallBatches, SparkPhases
-from cdc_sync.job.decode import (
+from cdc_sync.job.decode.fold import OpenTransaction
+from cdc_sync.job.decode.open_transactions import (
+    FileOpenTransactions,
+    OpenTransactions,
+    StoredOpenTransactions,
+    carried_on,
+)
+from cdc_sync.job.decode.partition import (
     KIND_CHANGE,
     KIND_OPEN,
     KIND_SNAPSHOT_END,
@@ -42,18 +48,17 @@ from cdc_sync.job.decode import (
     decode_and_fold,
     open_transaction,
 )
-from cdc_sync.job.fold import OpenTransaction
-from cdc_sync.job.open_transactions import (
-    FileOpenTransactions,
-    OpenTransactions,
-    StoredOpenTransactions,
-    carried_on,
+from cdc_sync.job.decode.version_floors import (
+    FileVersionFloors,
+    Floors,
+    StoredFloors,
+    raised,
 )
-from cdc_sync.job.schema_changes import SchemaState
-from cdc_sync.job.table_writes import TableWrite
-from cdc_sync.job.task_sinks import TaskSinkSpec
-from cdc_sync.job.task_writes import WritePlan
-from cdc_sync.job.version_floors import FileVersionFloors, Floors, StoredFloors, raised
+from cdc_sync.job.settle.applier import BatchApplier, BatchMetrics, Rejected
+from cdc_sync.job.settle.schema_changes import SchemaState
+from cdc_sync.job.write.table_writes import TableWrite
+from cdc_sync.job.write.task_sinks import TaskSinkSpec
+from cdc_sync.job.write.task_writes import WritePlan
 from cdc_sync.schema import RowSchema
 from cdc_sync.sinks.base import Sink
 
@@ -83,10 +88,11 @@ class MicroBatchProcessor:
         self.tombstone_deletes = applier.mapping.tombstone_delete_tables()
         self.history_tables = applier.mapping.history_tables()
         self.topic_tables = applier.mapping.topic_tables()
-        # Highest snapshot point per partition (job.version_floors), kept beside the checkpoint.
+        # Highest snapshot point per partition (job.decode.version_floors), kept beside the
+        # checkpoint.
         self.floors_store = floors_store
         self.floors = floors_store.load() if floors_store is not None else StoredFloors()
-        # Per partition, the keys the last transaction created (job.open_transactions).
+        # Per partition, the keys the last transaction created (job.decode.open_transactions).
         self.open_store = open_store
         self.open = open_store.load() if open_store is not None else StoredOpenTransactions()
         # Which batches run on the driver (batch_phases); None: every batch on the executors.
@@ -202,12 +208,13 @@ class SideRows:
     def __init__(self, rows: list[dict[str, Any]]) -> None:
         self.counts: dict[str, int] = defaultdict(int)
         self.offsets: dict[tuple[str, int], int] = {}
-        self.floors: Floors = {}  # highest snapshot point per partition (job.version_floors)
-        self.commit_bound: int | None = None  # highest Change.commit_bound (job.watermarks)
-        self.source_ts_ms: int | None = None  # newest source commit time (job.console)
+        self.floors: Floors = {}  # highest snapshot point per partition (job.decode.version_floors)
+        self.commit_bound: int | None = None  # highest Change.commit_bound (job.observe.watermarks)
+        self.source_ts_ms: int | None = None  # newest source commit time (job.observe.console)
         self.rejected: list[Rejected] = []
         self.truncates: list[Truncate] = []  # applied on the driver before the writes
-        # Per partition, its last transaction and the keys it left open (job.open_transactions).
+        # Per partition, its last transaction and the keys it left open
+        # (job.decode.open_transactions).
         self.open: dict[tuple[str, int], OpenTransaction] = {}
         self.compacted = 0
         self.schemas: dict[TableId, RowSchema | None] = {}

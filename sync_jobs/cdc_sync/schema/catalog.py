@@ -80,7 +80,7 @@ class CatalogColumn:
     typmod: int
     not_null: bool
     # A stored generated column (`GENERATED ALWAYS AS (...) STORED`): pgoutput publishes it
-    # only from Postgres 18 on, with `publish_generated_columns` (job.generated).
+    # only from Postgres 18 on, with `publish_generated_columns` (job.write.generated).
     generated: bool = False
 
 

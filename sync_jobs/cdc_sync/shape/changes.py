@@ -6,12 +6,12 @@ and batch, whatever the number of sinks and expressions.
   fenced like any delete, so a row that stopped matching leaves the sink and a stale change
   cannot bring it back. (A delete carries only the key, so a row that never matched gets a
   delete too: harmless, a tombstone of a row the sink never held.) The filter reads the whole
-  row: the job fills unchanged TOAST values from Postgres (`job.unavailable`) before this.
+  row: the job fills unchanged TOAST values from Postgres (`job.write.unavailable`) before this.
 - Soft deletes (`on_delete: soft`): the delete becomes a mark (`Change.marks_deleted`), at the
   delete's version, of the markers (deleted, commit time): a conditional write that each sink
   applies over the row it holds, keeping its stored fields, and otherwise as the plain delete
   (a row the sink never held, or that its filter excluded, is not marked). When the batch held
-  the deleted row whole (`Change.deleted_row`, job.fold), it decides: a row that had left the
+  the deleted row whole (`Change.deleted_row`, job.decode.fold), it decides: a row that had left the
   filter is deleted, not marked, and a matching one is marked as it was last (shaped), not as
   the sink held it. Every other write clears the markers, so a re-insert un-deletes and a stale
   update (older version) is fenced as always. A tombstone without a version (its delete event

@@ -2,7 +2,8 @@
 
 Each problem is (file: field path, message): an expression that does not bind or type
 (unknown column, type error, an aggregate), a masked / hashed / dropped / listed field the sink
-does not have. The hash secrets are checked at start (`missing_secrets`).
+does not have, a masked or hashed key column. The hash secrets are checked at start
+(`missing_secrets`).
 """
 
 from __future__ import annotations
@@ -38,10 +39,39 @@ def shape_problems(
             problems.append((exc.path, exc.message))
             continue
         problems += _unknown_fields(projection, shape, schema)
+        keys = [projection.rename.get(k, k) for k in key]
+        problems += _shaped_keys(shape, keys)
         if shape.sink == "delta":
-            for name in (projection.rename.get(k, k) for k in key):
+            for name in keys:
                 if not shape.keeps(name):
                     problems.append((shape.path, f"key column {name!r} must stay (MERGE key)"))
+    return problems
+
+
+def _shaped_keys(shape: SinkShape, keys: Sequence[str]) -> list[Problem]:
+    """A masked or hashed key column: refused. Every sink addresses a row by its raw key (the
+    search `_id`, the cache key, the Delta MERGE key; verify, repair and erase too), so the
+    shape would change the field and not the id: the raw key would stay in the sink."""
+    problems = []
+    for name in keys:
+        if name in shape.mask:
+            problems.append(
+                (
+                    f"{shape.path}.mask",
+                    f"key column {name!r} cannot be masked: ids would collide (every row the "
+                    "same id) and the sink keys rows by the raw key anyway; mask a non-key "
+                    "column, or key the table by a surrogate key",
+                )
+            )
+        if shape.hashed(name):
+            problems.append(
+                (
+                    f"{shape.path}.hash.fields",
+                    f"key column {name!r} cannot be hashed: the sink keys rows by the raw key "
+                    "(search _id, cache key, Delta MERGE key), so it would stay there; key the "
+                    "table by a surrogate key and hash the natural key as a plain column",
+                )
+            )
     return problems
 
 

@@ -13,9 +13,9 @@ from cdc_sync.connectors.ops import load_target
 from cdc_sync.core.kafka_clients import consumer_config
 from cdc_sync.core.settings import Connections
 from cdc_sync.debezium.database import SourceMismatch
-from cdc_sync.job.checkpoint import processed_offsets
 from cdc_sync.job.consumers import plan_consumers, refuse_single_query_checkpoint
-from cdc_sync.job.status_file import JobStatus, read_status
+from cdc_sync.job.observe.checkpoint import processed_offsets
+from cdc_sync.job.observe.status_file import JobStatus, read_status
 from cdc_sync.mapping import MappingFile
 from cdc_sync.status.broker import partition_status, record_count
 from cdc_sync.status.capture import connect_status, slot_status

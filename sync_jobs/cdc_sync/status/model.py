@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cdc_sync.job.status_file import JobStatus
+from cdc_sync.job.observe.status_file import JobStatus
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ import os
 import socket
 from pathlib import Path
 
-from cdc_sync.job.status_file import JobStatus
+from cdc_sync.job.observe.status_file import JobStatus
 
 # /proc gives start times in clock ticks after a boot time in whole seconds.
 START_SLACK_SECONDS = 2.0

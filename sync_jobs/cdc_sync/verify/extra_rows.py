@@ -8,7 +8,7 @@ re-insert got there first, and fences the (older) stale row out if it comes afte
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -142,15 +142,19 @@ def delete_extra_rows(
     key_columns: Sequence[str],
     ids: Sequence[str],
     source_ids: Callable[[], Collection[str]],
+    versions: Mapping[str, int] | None = None,
 ) -> ExtraRows:
     """Delete `ids` from sink `name` at their stored versions, unless Postgres has them again
-    (`source_ids` reads its ids now, after the versions were read)."""
+    (`source_ids` reads its ids now, after the versions were read). `versions`: doc id -> the
+    version to delete at instead (erase: above every version the pipeline can still deliver);
+    a sink holding a newer one keeps its row."""
     what = f"repair {name} {route.table}"
     stored = read_retried(lambda: sinks.stored(name, route, key_columns, ids), what, sinks.retry)
     present = set(source_ids())
     outcome = ExtraRows(gone=len(ids) - len(stored), back=len(present & stored.keys()))
+    at = versions or {}
     changes = [
-        Change(route.table, key, Op.DELETE, version, None, REPAIR_COORDINATES)
+        Change(route.table, key, Op.DELETE, at.get(doc_id, version), None, REPAIR_COORDINATES)
         for doc_id, (version, key) in sorted(stored.items())
         if doc_id not in present
     ]
@@ -182,11 +186,17 @@ def delete_extra_documents(
     """Delete documents of `name` whose root Postgres no longer has (or whose root no longer
     matches the filter) at their stored versions, unless it should hold them again."""
     spec = mapping.documents[name]
-    route = TableRoute(
-        spec.table, None, {}, SearchRoute(spec.index), None, None, mapping.policies_for(spec.table)
-    )
+    route = document_route(mapping, name)
     where = mapping.document_filter_path(name)
     roots = PostgresRows(conn, converter_modes(mapping.connector))
     return delete_extra_rows(
         sinks, "search", route, [ID_COLUMN], ids, lambda: {r.id for r in roots.roots(spec, where)}
+    )
+
+
+def document_route(mapping: MappingFile, name: str) -> TableRoute:
+    """Document index `name` as a search route keyed by the document id (its root's id)."""
+    spec = mapping.documents[name]
+    return TableRoute(
+        spec.table, None, {}, SearchRoute(spec.index), None, None, mapping.policies_for(spec.table)
     )

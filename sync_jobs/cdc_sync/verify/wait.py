@@ -2,7 +2,7 @@
 
 An application commits, reads `pg_current_wal_lsn()`, and calls :func:`wait_for_lsn` (or
 `cdc-sync wait --lsn`) with it. Each sink holds an applied watermark per topic, recorded by the
-job (`job.watermarks`): every transaction whose commit ends at or before it has been applied
+job (`job.observe.watermarks`): every transaction whose commit ends at or before it has been applied
 there. The wait is over once each named sink's watermark of every awaited topic reaches the
 position. Watermarks are read through each sink's `readback.watermarks`.
 """

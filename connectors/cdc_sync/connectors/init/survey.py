@@ -70,7 +70,7 @@ class TableFacts:
     schema: RowSchema | None  # the columns as the job decodes them; None when one cannot be
     conversion_error: str | None = None
     identity_index: tuple[str, ...] = ()  # REPLICA IDENTITY USING INDEX: the index's columns
-    generated: tuple[str, ...] = ()  # stored generated columns (`job.generated`)
+    generated: tuple[str, ...] = ()  # stored generated columns (`job.write.generated`)
     leaves: tuple[TableFacts, ...] = ()  # a partitioned table's leaf partitions
 
 

@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable, write_deltalake
 
-from cdc_sync.core.model import Change
+from cdc_sync.core.model import Change, id_digest
 from cdc_sync.mapping import DeltaRoute, TableRoute
 from cdc_sync.schema import arrow_value
 from cdc_sync.sinks.delta.actions import (
@@ -196,28 +196,31 @@ def _timestamp(ms: int | None) -> datetime | None:
 
 
 def erased_versions(warehouse: Path, route: DeltaRoute, ids: list[str]) -> dict[str, int]:
-    """doc id -> the newest version erased, for those of `ids` that `cdc-sync erase` removed."""
+    """doc id -> the newest version erased, for those of `ids` that `cdc-sync erase` removed.
+    The record holds each key's digest (`id_digest`; a record written before: the key)."""
     table = open_table(erased_path(warehouse, route))
     if table is None or not ids:
         return {}
     held = table.to_pyarrow_table().to_pylist()
-    wanted = set(ids)
+    wanted = {id_digest(doc_id): doc_id for doc_id in ids} | {doc_id: doc_id for doc_id in ids}
     found: dict[str, int] = {}
     for row in held:
-        if row[ID] in wanted:
-            found[row[ID]] = max(found.get(row[ID], -1), int(row["_cdc_version"]))
+        doc_id = wanted.get(row[ID])
+        if doc_id is not None:
+            found[doc_id] = max(found.get(doc_id, -1), int(row["_cdc_version"]))
     return found
 
 
 def record_erased(warehouse: Path, route: DeltaRoute, erased: dict[str, int]) -> None:
-    """Remember erased keys with the newest version the sinks held (appended, never pruned)."""
+    """Remember erased keys with their erased version (appended, never pruned): by digest, so
+    the record does not keep a key that is itself erased data (an email as the key)."""
     if not erased:
         return
     path = erased_path(warehouse, route)
     now = datetime.now(tz=UTC)
     source = pa.table(
         {
-            ID: list(erased),
+            ID: [id_digest(doc_id) for doc_id in erased],
             "_cdc_version": list(erased.values()),
             "_cdc_erased_at": [now] * len(erased),
         },

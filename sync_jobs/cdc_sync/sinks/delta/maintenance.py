@@ -9,6 +9,7 @@ batches, so never concurrently with its own MERGE.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -35,6 +36,10 @@ T = TypeVar("T")
 # Delta's own safety default (`delta.deletedFileRetentionDuration`, 7 days): a reader or writer
 # still on an older version, and time travel within it, need the files vacuum would delete.
 SAFE_RETENTION_HOURS = 168
+# A full vacuum never deletes an unreferenced file younger than this (`vacuum`).
+IN_FLIGHT_HOURS = 1
+LOG_RETENTION = "delta.logRetentionDuration"
+DEFAULT_LOG_RETENTION = "interval 30 days"  # Delta's default for it
 
 
 @dataclass(frozen=True)
@@ -105,15 +110,7 @@ def _maintain(path: Path, name: str, options: UpkeepOptions, retry: RetryPolicy)
     if not options.dry_run:
         metrics = _retried(lambda: _open(path).optimize.compact(), f"compact {name}", retry)
         compacted = int(metrics.get("numFilesRemoved", 0))
-    vacuumed = _retried(
-        lambda: _open(path).vacuum(
-            retention_hours=options.retention_hours,
-            dry_run=options.dry_run,
-            enforce_retention_duration=not options.force,
-        ),
-        f"vacuum {name}",
-        retry,
-    )
+    vacuumed = vacuum(path, options.retention_hours, options.dry_run, not options.force, retry)
     after = len(_open(path).file_uris())
     log.info(
         "Delta upkeep %s: %d -> %d files, %d compacted, %d vacuumed",
@@ -124,6 +121,83 @@ def _maintain(path: Path, name: str, options: UpkeepOptions, retry: RetryPolicy)
         len(vacuumed),
     )
     return TableUpkeep(name, before, after, compacted, len(vacuumed))
+
+
+def vacuum(
+    path: Path,
+    retention_hours: int,
+    dry_run: bool = False,
+    enforce_retention: bool = True,
+    retry: RetryPolicy = DEFAULT_POLICY,
+) -> list[str]:
+    """Delete the files no table version within `retention_hours` reads; returns them.
+
+    Two passes. deltalake's default vacuum deletes the files removed longer ago than the
+    retention whose remove action the log still holds; Delta drops a remove from its
+    checkpoints after `delta.deletedFileRetentionDuration` (a week), and the job writes a
+    checkpoint every 100 commits, so a file can outlive its remove there and stay on disk for
+    good. A full vacuum then deletes every file the log does not reference, but only those
+    written at least `IN_FLIGHT_HOURS` ago: a file a concurrent writer (the running job's
+    MERGE) has written but not committed yet is not referenced either."""
+    name = path.name
+    first = _retried(
+        lambda: _open(path).vacuum(
+            retention_hours=retention_hours,
+            dry_run=dry_run,
+            enforce_retention_duration=enforce_retention,
+        ),
+        f"vacuum {name}",
+        retry,
+    )
+    orphans = _retried(
+        lambda: _open(path).vacuum(
+            retention_hours=max(retention_hours, IN_FLIGHT_HOURS),
+            dry_run=dry_run,
+            enforce_retention_duration=enforce_retention,
+            full=True,
+        ),
+        f"vacuum {name} (full)",
+        retry,
+    )
+    # The full pass names files by absolute path, the other relative to the table.
+    root = str(path.resolve())
+    return sorted({os.path.relpath(f, root) if os.path.isabs(f) else f for f in first + orphans})
+
+
+@dataclass(frozen=True)
+class Purged:
+    files: int  # data and change-data files no current row needs, deleted
+    log_files: int  # commits and checkpoints older than the new checkpoint, deleted
+
+
+def purge(path: Path, retry: RetryPolicy = DEFAULT_POLICY) -> Purged:
+    """Leave only what the table's current version needs (`cdc-sync erase --purge`): every
+    file no current row needs, and every log entry before a new checkpoint.
+
+    The vacuum has retention 0 and its full pass too (`vacuum`): a default vacuum alone left
+    the files whose remove action had left the checkpoints. The log goes too: a commit's `add`
+    action carries the file's data-skipping statistics (min/max of its first columns), the
+    values of a one-row file, and older checkpoints repeat them. Delta keeps log entries for
+    `delta.logRetentionDuration` (30 days); deltalake cleans up only by that property, so it is
+    set to 0 for a checkpoint and the cleanup, then put back. Time travel to any earlier
+    version is over (its files and log are gone)."""
+    name = str(path)
+    log_dir = path / "_delta_log"
+    vacuumed = vacuum(path, 0, enforce_retention=False, retry=retry)
+    before = set(log_dir.iterdir())
+    kept = _open(path).metadata().configuration.get(LOG_RETENTION)
+    _retried(lambda: _set_log_retention(path, "interval 0 seconds"), f"purge {name}", retry)
+    try:
+        _retried(lambda: _open(path).create_checkpoint(), f"purge checkpoint {name}", retry)
+        _retried(lambda: _open(path).cleanup_metadata(), f"purge log {name}", retry)
+    finally:
+        restored = kept or DEFAULT_LOG_RETENTION
+        _retried(lambda: _set_log_retention(path, restored), f"purge {name}", retry)
+    return Purged(len(vacuumed), len(before - set(log_dir.iterdir())))
+
+
+def _set_log_retention(path: Path, value: str) -> None:
+    _open(path).alter.set_table_properties({LOG_RETENTION: value})
 
 
 def _open(path: Path) -> DeltaTable:

@@ -95,7 +95,7 @@ class TombstoneStore:
         upsert_ids = {c.doc_id: c.version for c in actions.changes if not c.is_delete}
         if not upsert_ids:
             return actions.source, 0
-        deleted_at = self._recorded_deletes(route, list(upsert_ids))
+        deleted_at = self.recorded_deletes(route, list(upsert_ids))
         for doc_id, version in actions.deleted_ids:
             deleted_at[doc_id] = max(version, deleted_at.get(doc_id, version))
         keep = [
@@ -105,7 +105,7 @@ class TombstoneStore:
         fenced = keep.count(False)
         return (actions.source.filter(pa.array(keep)) if fenced else actions.source), fenced
 
-    def _recorded_deletes(self, route: DeltaRoute, doc_ids: list[str]) -> dict[str, int]:
+    def recorded_deletes(self, route: DeltaRoute, doc_ids: list[str]) -> dict[str, int]:
         """The highest recorded delete version of each of `doc_ids` that has one."""
         table = self.handles.get(tombstone_path(self.warehouse, route))
         if table is None:

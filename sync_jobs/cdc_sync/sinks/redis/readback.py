@@ -55,6 +55,15 @@ def versions(
     return {doc_id: int(v) for doc_id, v in zip(ids, stored, strict=True) if v is not None}
 
 
+def tombstone_versions(
+    client: redis.Redis, cache: CacheRoute, table: TableId, ids: Sequence[str]
+) -> dict[str, int]:
+    """doc id -> the version of the delete the cache remembers (its tombstone key, until the
+    retention), for those of `ids` that have one."""
+    stored = client.mget([cache.tombstone_key(table, doc_id) for doc_id in ids]) if ids else []
+    return {doc_id: int(v) for doc_id, v in zip(ids, stored, strict=True) if v is not None}
+
+
 def all_versions(
     client: redis.Redis, cache: CacheRoute, table: TableId, page: int = 1000
 ) -> dict[str, int]:

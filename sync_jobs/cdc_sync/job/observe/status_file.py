@@ -22,8 +22,8 @@ from typing import Any
 
 from cdc_sync.core.files import write_atomically
 from cdc_sync.core.model import TableId
-from cdc_sync.job.applier import BatchMetrics
-from cdc_sync.job.health import SinkHealth, SinkStatus
+from cdc_sync.job.settle.applier import BatchMetrics
+from cdc_sync.job.write.health import SinkHealth, SinkStatus
 
 log = logging.getLogger(__name__)
 

@@ -27,8 +27,8 @@ from rich.progress import (
 from cdc_sync.core.logs import CONSOLE
 from cdc_sync.core.lsn import format_lsn
 from cdc_sync.core.model import TableId
-from cdc_sync.job.applier import BatchMetrics
-from cdc_sync.job.status_file import batch_seconds
+from cdc_sync.job.observe.status_file import batch_seconds
+from cdc_sync.job.settle.applier import BatchMetrics
 
 console_log = logging.getLogger(CONSOLE)
 log = logging.getLogger(__name__)
@@ -99,7 +99,7 @@ class BatchLine:
     routed table (or rejected something); for heartbeat-only batches nothing, but one idle
     line a minute. Every batch line goes to the log file, and with `-v` to the console too.
 
-    `watermark`: the applied watermark this job last recorded (job.watermarks)."""
+    `watermark`: the applied watermark this job last recorded (job.observe.watermarks)."""
 
     def __init__(
         self,

@@ -14,13 +14,13 @@ from wsgiref.simple_server import WSGIServer
 from prometheus_client import start_http_server
 
 from cdc_sync.core.settings import Connections
-from cdc_sync.job.capture_probes import (
+from cdc_sync.job.observe.capture_probes import (
     BrokerEndOffsets,
     CaptureProbes,
     SourceSlots,
 )
-from cdc_sync.job.health import SinkHealth
-from cdc_sync.job.metrics import JobMetrics
+from cdc_sync.job.observe.metrics import JobMetrics
+from cdc_sync.job.write.health import SinkHealth
 
 log = logging.getLogger(__name__)
 

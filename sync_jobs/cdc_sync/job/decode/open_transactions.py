@@ -1,19 +1,19 @@
 """Per Kafka partition, the keys the batch's last transaction created, for the next batch.
 
 A swap of two rows' keys on a DEFERRABLE primary key reads d(1) ts(1) c(2) d(2) ts(2) c(1), and
-only Postgres can tell whether key 2's trailing delete leaves the key present (job.fold). A
+only Postgres can tell whether key 2's trailing delete leaves the key present (job.decode.fold). A
 micro-batch boundary can fall inside that transaction (`maxOffsetsPerTrigger`, or end offsets
 read while Debezium was still writing it): between c(2) and d(2), or between d(2) and its
 tombstone. So each batch hands on, per partition, its last transaction (the one its last
 versioned record belongs to, which may go on in the next batch) with the keys that transaction
-created and left present or settled by Postgres (`job.fold.OpenTransaction`); the next batch
+created and left present or settled by Postgres (`job.decode.fold.OpenTransaction`); the next batch
 settles a delete of such a key in that transaction, or a tombstone that opens the key's changes,
 by reading Postgres by key, as within one batch. A partition with no versioned record in a batch
 keeps what it had (the transaction may still go on).
 
 Kept in `<checkpoint>/cdc_sync_open_transactions.json` the way every per-partition state is
-(job.batch_state): saved with the batch id after the sinks acknowledged the batch, before Spark
-commits its offsets; a re-run of the batch starts from the state the batch before it left.
+(job.decode.batch_state): saved with the batch id after the sinks acknowledged the batch, before
+Spark commits its offsets; a re-run of the batch starts from the state the batch before it left.
 Its size is the keys the last transaction created: a transaction of many inserts that straddles
 batches carries all of them for as long as it lasts.
 """
@@ -24,8 +24,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from cdc_sync.job.batch_state import PerBatch, PerBatchFile, Where
-from cdc_sync.job.fold import OpenTransaction, Transaction
+from cdc_sync.job.decode.batch_state import PerBatch, PerBatchFile, Where
+from cdc_sync.job.decode.fold import OpenTransaction, Transaction
 
 FILE_NAME = "cdc_sync_open_transactions.json"
 FORMAT = 1

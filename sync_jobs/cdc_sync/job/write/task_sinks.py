@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 from cdc_sync.core.retry import RetryObserver, RetryPolicy
 from cdc_sync.core.settings import Connections
-from cdc_sync.job.health_relay import RelayObserver
-from cdc_sync.job.unavailable import SourceFiller
+from cdc_sync.job.write.health_relay import RelayObserver
+from cdc_sync.job.write.unavailable import SourceFiller
 from cdc_sync.mapping import MappingFile
 from cdc_sync.schema.catalog import ConverterModes
 from cdc_sync.sinks.base import Sink

@@ -11,8 +11,8 @@ by the driver after the batch's policies and schemas are settled and before any 
 (`BatchApplier.begin`). Every sink removes the rows it holds for the table whose version is older
 than the truncate's (a row written by a later change survives, whenever it was applied), and the
 table's `TruncateFence` rises to it. The writes drop every change the fence covers
-(`job.table_writes`): changes of the same batch before the truncate, and stale changes arriving
-later (a replay, a transaction Debezium sends again, a partition read behind another).
+(`job.write.table_writes`): changes of the same batch before the truncate, and stale changes
+arriving later (a replay, a transaction Debezium sends again, a partition read behind another).
 
 The fences are job state kept beside the Spark checkpoint (`<checkpoint>/cdc_sync_truncates.json`)
 like the version floors: a new checkpoint replays the topics and meets the truncates again. They

@@ -1,6 +1,6 @@
-"""Batch observer: advance the applied watermark (`job.watermark_rule`) and record it in every
-sink, once every sink applied the batch. The rule and the writes run on a background thread
-(`job.watermark_writer`), so they never delay the next micro-batch.
+"""Batch observer: advance the applied watermark (`job.observe.watermark_rule`) and record it in
+every sink, once every sink applied the batch. The rule and the writes run on a background thread
+(`job.observe.watermark_writer`), so they never delay the next micro-batch.
 
 What it records is a promise to applications (`cdc-sync wait`): every transaction whose commit
 ends at or before the stored position is in that sink. Each sink keeps it per topic and only
@@ -16,8 +16,8 @@ from typing import Protocol
 
 from confluent_kafka import KafkaException
 
-from cdc_sync.job.applier import BatchMetrics
-from cdc_sync.job.watermark_writer import Observation, WatermarkWriter
+from cdc_sync.job.observe.watermark_writer import Observation, WatermarkWriter
+from cdc_sync.job.settle.applier import BatchMetrics
 from cdc_sync.mapping import MappingFile
 from cdc_sync.sinks.base import Sink
 from cdc_sync.source.checkpoint import batch_end_offsets

@@ -9,9 +9,9 @@ streamed change.
 
 So the column stays in the table's schema (`complete`: where the catalog puts it, typed as
 Debezium types it in the snapshot), and a change that lacks it has it read back from Postgres by
-key in the same batch, as an unchanged-TOAST value is (`job.unavailable`): it joins the change's
-unavailable columns after the fold, so only Postgres fills it, never an older change of the key
-or what a sink holds. A change that carries the column (a snapshot row; Postgres 18 with
+key in the same batch, as an unchanged-TOAST value is (`job.write.unavailable`): it joins the
+change's unavailable columns after the fold, so only Postgres fills it, never an older change of
+the key or what a sink holds. A change that carries the column (a snapshot row; Postgres 18 with
 `publish_generated_columns = stored`) is left as it is. The catalog is read once per table and
 `ttl_seconds`: a generated column added later is seen within that time.
 """

@@ -1,6 +1,6 @@
 """Record the applied watermark off the micro-batch's critical path: one daemon thread.
 
-The batch observer (`job.watermarks`) hands each applied batch over as an `Observation` and
+The batch observer (`job.observe.watermarks`) hands each applied batch over as an `Observation` and
 returns at once. This thread evaluates the observations in batch order with `WatermarkRule` and
 writes the newest watermark that advanced to every sink, skipping the ones that advanced while
 a write was in flight. That is safe: a watermark promises that what committed up to it is
@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from cdc_sync.core.lsn import format_lsn
-from cdc_sync.job.watermark_rule import WatermarkRule
+from cdc_sync.job.observe.watermark_rule import WatermarkRule
 from cdc_sync.mapping import TableRoute
 from cdc_sync.sinks.base import Sink
 from cdc_sync.source.offsets import PartitionOffsets

@@ -1,6 +1,6 @@
 """One table's share of a micro-batch, written to the row sinks: where the writes happen.
 
-The same function runs in a Spark executor task (one per input partition, `job.task_writes`)
+The same function runs in a Spark executor task (one per input partition, `job.write.task_writes`)
 and in process (`BatchApplier.apply`): fill unchanged-TOAST columns from Postgres, conform to
 the schema the driver accepted, route, write each sink, and report what happened. Sinks that
 commit once per table and batch (Delta) are not written here: the routed changes go back to
@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 
 from cdc_sync.core.model import Change, Op, TableId, TruncateFence
 from cdc_sync.documents import DOCUMENTS_DEFERRED
-from cdc_sync.job.schema_changes import SchemaState
-from cdc_sync.job.unavailable import SourceFiller
+from cdc_sync.job.settle.schema_changes import SchemaState
+from cdc_sync.job.write.unavailable import SourceFiller
 from cdc_sync.mapping import TableRoute, sink_section
 from cdc_sync.sinks.base import Sink, WriteResult
 
@@ -60,8 +60,8 @@ class TableWrite:
     results: dict[str, WriteResult] = field(default_factory=dict)  # per sink name
     seconds: dict[str, float] = field(default_factory=dict)  # per sink name, and "fill"
     progress: TableProgress = field(default_factory=TableProgress)
-    gone: int = 0  # placeholders of rows deleted since: left out (job.unavailable)
-    truncated: int = 0  # changes older than the table's TRUNCATE: dropped (job.truncates)
+    gone: int = 0  # placeholders of rows deleted since: left out (job.write.unavailable)
+    truncated: int = 0  # changes older than the table's TRUNCATE: dropped (job.settle.truncates)
     # Routed and shaped, per sink section (search, cache, delta), for the driver's sinks.
     deferred: dict[str, list[Change]] = field(default_factory=dict)
 
@@ -77,7 +77,7 @@ def write_table(
 ) -> TableWrite:
     """`changes`: compacted (one per key), each with its schema; `defer`: hand the routed
     changes back for sinks that commit on the driver; `fence`: the table's newest TRUNCATE
-    (`job.truncates`), whose older changes are dropped: the truncate removed them."""
+    (`job.settle.truncates`), whose older changes are dropped: the truncate removed them."""
     written = TableWrite(route.table)
     if fence is not None:
         kept = [change for change in changes if not fence.covers(change)]

@@ -4,9 +4,9 @@ Counters and the stage histogram are fed once per batch by `JobMetrics.observe` 
 `BatchApplier` observer: it runs after every sink acknowledged the batch). Everything that depends
 on the clock or on other systems is computed at scrape time from state kept here: lag in seconds
 (now - source commit time of the newest applied change), lag in records (the broker's end offset,
-read in the background by `job.capture_probes`, minus the processed offset), sink states from
-`SinkHealth`, and the capture side (slot, connector). A scrape never waits on Kafka, Postgres or
-Kafka Connect.
+read in the background by `job.observe.capture_probes`, minus the processed offset), sink states
+from `SinkHealth`, and the capture side (slot, connector). A scrape never waits on Kafka, Postgres
+or Kafka Connect.
 
 Labels are table, sink, stage, topic, partition, slot, probe and state names only: never row
 values, keys or connection settings.
@@ -23,9 +23,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from cdc_sync.core.model import TableId
-from cdc_sync.job.applier import BatchMetrics, TableProgress
-from cdc_sync.job.capture_probes import CaptureReadings
-from cdc_sync.job.health import SinkHealth, SinkState
+from cdc_sync.job.observe.capture_probes import CaptureReadings
+from cdc_sync.job.settle.applier import BatchMetrics, TableProgress
+from cdc_sync.job.write.health import SinkHealth, SinkState
 
 # Batch stages run from milliseconds (a small fold) to minutes (a sink retried after an outage).
 STAGE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)

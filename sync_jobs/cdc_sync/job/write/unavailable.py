@@ -14,7 +14,7 @@ longer has (dropped or renamed since) has no value to read: it stays unavailable
 keep what they hold, and the schema change, which follows in the log, meets the mapping's
 `on_schema_change` policy. Each change is read with its own schema: a batch can hold changes
 written before and after a column was added. Stored generated columns, which pgoutput leaves
-out of streamed changes before Postgres 18, are read back the same way (`job.generated`).
+out of streamed changes before Postgres 18, are read back the same way (`job.write.generated`).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import psycopg
 from cdc_sync.core.model import Change, Op, TableId
 from cdc_sync.core.retry import DEFAULT_POLICY, retried
 from cdc_sync.core.types import Column, RowSchema
-from cdc_sync.job.generated import GeneratedColumns
+from cdc_sync.job.write.generated import GeneratedColumns
 from cdc_sync.schema.catalog import ConverterModes
 from cdc_sync.schema.source_rows import read_columns
 
@@ -60,8 +60,8 @@ class SourceFiller:
     ) -> tuple[list[Change], int]:
         """The changes with every placeholder filled, and how many were left out (gone).
         `schema`: the table's accepted one, which a delete to settle is read with when it
-        travels without one (the key's create was in an earlier batch: job.fold). A stored
-        generated column a change lacks (`job.generated`) is read back here too."""
+        travels without one (the key's create was in an earlier batch: job.decode.fold). A stored
+        generated column a change lacks (`job.write.generated`) is read back here too."""
         if schema is not None:
             changes = [_with_schema(change, schema) for change in changes]
         changes = self._postgres(

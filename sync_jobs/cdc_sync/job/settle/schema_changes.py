@@ -24,8 +24,8 @@ import psycopg
 
 from cdc_sync.core.model import Change, TableId
 from cdc_sync.core.retry import DEFAULT_POLICY, retried
-from cdc_sync.job.generated import GeneratedColumns
-from cdc_sync.job.schema_store import SchemaStore
+from cdc_sync.job.settle.schema_store import SchemaStore
+from cdc_sync.job.write.generated import GeneratedColumns
 from cdc_sync.mapping import MappingFile, OnSchemaChange, TableRoute
 from cdc_sync.schema import ColumnType, RowSchema
 from cdc_sync.schema.widening import widens
@@ -70,7 +70,7 @@ class SchemaTracker:
         generated: GeneratedColumns | None = None,
     ) -> None:
         """`generated`: the tables' stored generated columns, which streamed changes lack
-        before Postgres 18 (`job.generated`): part of the schema all the same."""
+        before Postgres 18 (`job.write.generated`): part of the schema all the same."""
         self.mapping = mapping
         self.store = store
         self.generated = generated

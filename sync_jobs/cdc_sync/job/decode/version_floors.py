@@ -10,7 +10,7 @@ that followed it. Decoding scans each partition in offset order and needs the po
 records already processed by earlier micro-batches: `<checkpoint>/cdc_sync_versions.json`
 holds them.
 
-Kept like all per-partition state a batch hands to the next (job.batch_state): saved after
+Kept like all per-partition state a batch hands to the next (job.decode.batch_state): saved after
 every sink acknowledged a batch and before Spark commits its offsets, with the batch id and the
 floors the batch started from, which a re-run of that batch (after a crash in between) starts
 from again. Starting it from floors that include its own records would lift its first
@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from cdc_sync.job.batch_state import PerBatch, PerBatchFile
+from cdc_sync.job.decode.batch_state import PerBatch, PerBatchFile
 
 FILE_NAME = "cdc_sync_versions.json"
 FORMAT = 2

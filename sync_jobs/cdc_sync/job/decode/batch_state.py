@@ -1,8 +1,8 @@
 """Job state per Kafka partition that a micro-batch hands to the next, kept beside the checkpoint.
 
 Decoding a batch may need what earlier batches saw in the same partition (the version floors,
-job.version_floors; the keys a transaction that straddles the boundary created,
-job.open_transactions). Such state belongs to the checkpoint like the offsets: a new
+job.decode.version_floors; the keys a transaction that straddles the boundary created,
+job.decode.open_transactions). Such state belongs to the checkpoint like the offsets: a new
 checkpoint replays the topics from the start and rebuilds it. It is saved after every sink
 acknowledged a batch and before Spark commits the batch's offsets, with the batch id and the
 state the batch started from: a batch that re-runs after a crash in between (Spark re-runs it

@@ -1,11 +1,11 @@
 """Executor side of the writes: one task per input partition writes its tables' row sinks.
 
 `write_partition` is a `mapInArrow` function over the folded changes of one partition (with
-their schemas, see `job.decode.decode_and_fold`). It opens the row sinks once per Python worker
-(`job.task_sinks`), writes each routed table (`job.table_writes.write_table`: TOAST fill from
-Postgres, conform to the schema the driver accepted, route, write), and yields one row: the
-pickled `TableWrite`s, which carry results, refused records, timings and, for the sinks that
-commit on the driver, the routed changes. A write that raises fails the task, and so the batch.
+their schemas, see `job.decode.partition.decode_and_fold`). It opens the row sinks once per Python
+worker (`job.write.task_sinks`), writes each routed table (`job.write.table_writes.write_table`:
+TOAST fill from Postgres, conform to the schema the driver accepted, route, write), and yields one
+row: the pickled `TableWrite`s, which carry results, refused records, timings and, for the sinks
+that commit on the driver, the routed changes. A write that raises fails the task, and so the batch.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from cdc_sync.core.model import Change, TruncateFence
-from cdc_sync.job.decode import load_change
-from cdc_sync.job.schema_changes import SchemaState
-from cdc_sync.job.table_writes import TableWrite, write_table
-from cdc_sync.job.task_sinks import TaskSinkSpec, task_sinks
+from cdc_sync.job.decode.partition import load_change
+from cdc_sync.job.settle.schema_changes import SchemaState
+from cdc_sync.job.write.table_writes import TableWrite, write_table
+from cdc_sync.job.write.task_sinks import TaskSinkSpec, task_sinks
 from cdc_sync.mapping import TableRoute
 from cdc_sync.schema import RowSchema
 
@@ -37,7 +37,8 @@ class WritePlan:
     tables: Mapping[str, tuple[TableRoute, SchemaState]]  # routed tables, by `schema.table`
     spec: TaskSinkSpec
     defer: bool  # sinks commit on the driver: hand the routed changes back
-    # Per table (`schema.table`), its newest TRUNCATE: older changes are dropped (job.truncates).
+    # Per table (`schema.table`), its newest TRUNCATE: older changes are dropped
+    # (job.settle.truncates).
     fences: Mapping[str, TruncateFence] = field(default_factory=dict)
 
 

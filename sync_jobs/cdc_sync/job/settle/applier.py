@@ -18,13 +18,13 @@ from typing import Any
 
 from cdc_sync.core.model import Change, Coordinates, TableId, Truncate, TruncateFence
 from cdc_sync.documents import DOCUMENTS_DEFERRED, DocumentSync
-from cdc_sync.job.dead_letter import DeadLetter, DeadLetterWriter
-from cdc_sync.job.generated import GeneratedColumns
-from cdc_sync.job.schema_changes import SchemaState, SchemaTracker
-from cdc_sync.job.schema_store import SchemaStore
-from cdc_sync.job.table_writes import TableProgress, TableWrite, write_table
-from cdc_sync.job.truncates import TruncateFences
-from cdc_sync.job.unavailable import SourceFiller
+from cdc_sync.job.settle.dead_letter import DeadLetter, DeadLetterWriter
+from cdc_sync.job.settle.schema_changes import SchemaState, SchemaTracker
+from cdc_sync.job.settle.schema_store import SchemaStore
+from cdc_sync.job.settle.truncates import TruncateFences
+from cdc_sync.job.write.generated import GeneratedColumns
+from cdc_sync.job.write.table_writes import TableProgress, TableWrite, write_table
+from cdc_sync.job.write.unavailable import SourceFiller
 from cdc_sync.mapping import MappingFile, OnMalformed, OnTombstone, TableRoute, sink_section
 from cdc_sync.schema import RowSchema
 from cdc_sync.sinks.base import Sink, WriteResult
@@ -62,11 +62,13 @@ class BatchMetrics:
     compacted: int = 0
     tombstones: int = 0
     malformed: int = 0
-    truncates: int = 0  # TRUNCATE records (job.truncates)
+    truncates: int = 0  # TRUNCATE records (job.settle.truncates)
     truncated: int = 0  # changes dropped as older than their table's TRUNCATE
     dead_lettered: int = 0
     documents: int = 0  # documents written (indexed or deleted) to document indices
-    unavailable_gone: int = 0  # placeholders of rows deleted since: left out (job.unavailable)
+    unavailable_gone: int = (
+        0  # placeholders of rows deleted since: left out (job.write.unavailable)
+    )
     ran_on: str = "executors"  # or "driver": where decode and writes ran (job.batch_phases)
     sinks: dict[str, WriteResult] = field(default_factory=dict)
     seconds: float = 0.0
@@ -83,10 +85,10 @@ class BatchMetrics:
     # these per sink): applied / fenced / failed per table and sink for metrics.
     table_sinks: dict[tuple[TableId, str], WriteResult] = field(default_factory=dict)
     # The highest `Change.commit_bound` among the batch's changes, heartbeats included: the
-    # read-your-writes watermark's candidate (job.watermark_rule says when it holds).
+    # read-your-writes watermark's candidate (job.observe.watermark_rule says when it holds).
     commit_bound: int | None = None
     # The newest source commit time (ms) among the batch's changes, heartbeats included: an
-    # idle job's lag (job.console).
+    # idle job's lag (job.observe.console).
     source_ts_ms: int | None = None
 
     def timed(self, stage: str, started: float) -> None:
@@ -155,7 +157,7 @@ class BatchApplier:
     ) -> None:
         """`truncates`: the tables' TRUNCATE fences (kept beside the checkpoint by the job;
         without, in memory). `documents`: the document indices' step (mapping `documents`).
-        `generated`: the tables' stored generated columns (`job.generated`). `consumer`: which
+        `generated`: the tables' stored generated columns (`job.write.generated`). `consumer`: which
         consumer of the log this is (job.consumers): its batch lines and the dead letters of
         records it could not parse carry the name."""
         self.consumer = consumer
@@ -249,8 +251,8 @@ class BatchApplier:
         """Before the writes: rejected records meet their policies, and each routed table's
         newest schema (`table_schemas`) meets `on_schema_change`; targets evolve here, on the
         driver, so no write runs against a target that lacks a column. Then each truncated
-        table's sinks remove its rows older than the TRUNCATE (`job.truncates`), before any of
-        the batch's rows is written."""
+        table's sinks remove its rows older than the TRUNCATE (`job.settle.truncates`), before any
+        of the batch's rows is written."""
         started = time.monotonic()
         metrics = BatchMetrics(
             batch_id,

@@ -9,7 +9,8 @@ decode_and_fold: both, within one input partition, with no shuffle: Debezium key
 records by primary key, so every change of a key sits in one Kafka partition, which the Kafka
 source reads as one Spark partition (see `job.stream`). Besides the folded changes it yields the
 partition's side rows for the driver: rejected records, truncates, per-table schemas and record
-counts, and the keys its last transaction left open for the next batch (job.open_transactions).
+counts, and the keys its last transaction left open for the next batch
+(job.decode.open_transactions).
 """
 
 from __future__ import annotations
@@ -37,8 +38,8 @@ from cdc_sync.core.model import (
     tombstone_delete,
 )
 from cdc_sync.debezium.decoder import MalformedRecord, parse_record, table_from_topic
-from cdc_sync.job.batch_state import Where
-from cdc_sync.job.fold import OpenTransaction, Transaction, fold_key, left_open
+from cdc_sync.job.decode.batch_state import Where
+from cdc_sync.job.decode.fold import OpenTransaction, Transaction, fold_key, left_open
 
 KIND_CHANGE = "change"
 KIND_TOMBSTONE = "tombstone"  # a tombstone the table's policy does not apply (skip / fail)
@@ -48,9 +49,9 @@ KIND_MALFORMED = "malformed"
 KIND_TRUNCATE = "truncate"  # a table's TRUNCATE: applied by the driver before the writes
 KIND_STATS = "stats"  # records of one kind read from one topic-partition, and the last offset
 KIND_TABLE = "table"  # per table: its folded changes, the newest one's schema (schema policy)
-KIND_OPEN = "open"  # per partition: its last transaction and the keys it created (job.fold)
+KIND_OPEN = "open"  # per partition: its last transaction and the keys it created (job.decode.fold)
 # The last row of a table's full snapshot (Change.ends_snapshot): besides its change, a side row
-# the driver applies like a truncate at the snapshot's version (job.truncates).
+# the driver applies like a truncate at the snapshot's version (job.settle.truncates).
 KIND_SNAPSHOT_END = "snapshot_end"
 
 DECODED_SCHEMA = pa.schema(
@@ -182,9 +183,9 @@ def decode_batches(
     """`known`: catalog schemas when records carry none (mapping `source.schemas: catalog`);
     `tombstone_deletes`: tables (`schema.table`) whose tombstones are deletes (`on_tombstone:
     delete`), the others' are handed to the driver's policy; `floors`: the highest snapshot
-    point per (topic, partition) of earlier batches (`job.version_floors`), raised here record
-    by record, which needs each partition's records in offset order, as the sources give them;
-    `tables`: the table of each topic (`MappingFile.topic_tables`)."""
+    point per (topic, partition) of earlier batches (`job.decode.version_floors`), raised here
+    record by record, which needs each partition's records in offset order, as the sources give
+    them; `tables`: the table of each topic (`MappingFile.topic_tables`)."""
     seen: set[str] = set()
     running = dict(floors or {})
     for batch in batches:
@@ -276,7 +277,8 @@ def _folded_group(
         source = max(
             (c for c in group if not c.is_delete and transaction.holds(c)),
             key=lambda c: c.coordinates.position,
-            default=state,  # created in an earlier batch: the table's schema (job.unavailable)
+            # created in an earlier batch: the table's schema (job.write.unavailable)
+            default=state,
         )
     return _folded_row(state, fingerprints.get(source.coordinates))
 
@@ -300,7 +302,8 @@ def _folded_row(change: Change, schema_fp: object) -> dict[str, object]:
 
 class OpenKeys:
     """Per partition of one batch: the open transaction the batch before left (`carried`), this
-    batch's last transaction (`tails`, job.fold.OpenTransaction), and the keys it leaves open."""
+    batch's last transaction (`tails`, job.decode.fold.OpenTransaction), and the keys it leaves
+    open."""
 
     def __init__(
         self, carried: Mapping[Where, OpenTransaction], tails: Mapping[Where, Transaction]
@@ -399,9 +402,9 @@ def decode_and_fold(
     the task: no shuffle), then its side rows. A folded change's schema travels as a
     fingerprint; the first row of each fingerprint carries the pickled schema. `floors`: see
     `decode_batches`; the stats rows carry each partition's highest snapshot point.
-    `open_transactions`: what the batch before left open per partition (job.open_transactions);
-    a `KIND_OPEN` side row per partition tells what this batch leaves. `history_tables`: see
-    `fold_batches`; `tables`: see `decode_batches`."""
+    `open_transactions`: what the batch before left open per partition
+    (job.decode.open_transactions); a `KIND_OPEN` side row per partition tells what this batch
+    leaves. `history_tables`: see `fold_batches`; `tables`: see `decode_batches`."""
     decoded = pa.Table.from_batches(
         list(decode_batches(batches, known, tombstone_deletes, floors, tables)),
         schema=DECODED_SCHEMA,

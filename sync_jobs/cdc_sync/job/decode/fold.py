@@ -19,10 +19,10 @@ SET id = 3 - id` on a DEFERRABLE key) reads d(1) ts(1) c(2) d(2) ts(2) c(1): key
 is a delete though Postgres holds key 2. A chain 5 -> 6 -> 5 in one transaction emits the same
 events for key 6 and leaves it absent, so the events cannot tell; a delete that follows a create
 of the same key in the same transaction is settled by reading Postgres by key
-(`resolve_from_source`, job.unavailable). The transaction may straddle a batch boundary: the
+(`resolve_from_source`, job.write.unavailable). The transaction may straddle a batch boundary: the
 batch that holds c(2) then hands the keys its last transaction created to the next batch
-(`OpenTransaction`, kept per partition by job.open_transactions), where a delete of such a key
-in that transaction, or a tombstone that opens the key's changes (it follows that delete), is
+(`OpenTransaction`, kept per partition by job.decode.open_transactions), where a delete of such a
+key in that transaction, or a tombstone that opens the key's changes (it follows that delete), is
 settled the same way.
 """
 

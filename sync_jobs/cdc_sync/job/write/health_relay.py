@@ -19,7 +19,7 @@ import socketserver
 import threading
 from datetime import UTC, datetime
 
-from cdc_sync.job.health import SinkHealth
+from cdc_sync.job.write.health import SinkHealth
 
 log = logging.getLogger(__name__)
 
