@@ -410,7 +410,8 @@ class Pipeline:
         finally:
             stop.set()
             writer.join()
-        report = FreezeReport(seconds, probe.finish(PROBE_DEADLINE_SECONDS), during)
+            freshness = probe.finish(PROBE_DEADLINE_SECONDS)  # its last updates, after the thaw
+        report = FreezeReport(seconds, freshness, during)
         logged = self.job.log.read_bytes()[log_before:].decode(errors="replace")
         assert WAITING_LINE in logged, f"no {WAITING_LINE!r} in the job log:\n{self.job.tail()}"
         self.job.raise_if_dead()

@@ -142,7 +142,8 @@ class FreshnessProbe:
                 break
             time.sleep(POLL_SECONDS)
         self._stop.set()
-        self._thread.join()
+        if self._thread.ident is not None:  # started
+            self._thread.join()
         self.cache.close()
         self.pg.close()
         return {
