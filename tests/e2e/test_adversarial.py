@@ -43,7 +43,7 @@ from tests.adversarial.workload import (
     paced_in_background,
     swap_deferred_keys,
 )
-from tests.e2e.conftest import adversarial_connections
+from tests.e2e.conftest import adversarial_connections, running_adversarial
 from tests.fixtures.services import KafkaEndpoint, SearchServer
 from tests.pg import private_database
 
@@ -68,17 +68,8 @@ def adversarial(
         connections = adversarial_connections(
             database, kafka, search_url, redis_url, ADVERSARIAL_REDIS_DB, root
         )
-        create_schema(database)
-        workload = Workload(database, SEED)
-        workload.seed_rows()
-        workload.run(40)  # part of the initial snapshot
-        pipeline = Pipeline.create(connections, root)
-        pipeline.start()
-        try:
-            yield pipeline, workload
-        finally:
-            pipeline.stop()
-            workload.close()
+        with running_adversarial(connections, root, SEED) as running:
+            yield running
 
 
 def test_converges_through_kill9_capture_restart_capture_kill9_and_cache_loss(

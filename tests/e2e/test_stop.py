@@ -22,8 +22,8 @@ import pytest
 from cdc_sync.localstack.process import Started
 from tests.adversarial.child import Stopped, frozen
 from tests.adversarial.pipeline import JobProcess, Pipeline
-from tests.adversarial.workload import Workload, create_schema
-from tests.e2e.conftest import adversarial_connections
+from tests.adversarial.workload import Workload
+from tests.e2e.conftest import adversarial_connections, running_adversarial
 from tests.fixtures.services import KafkaEndpoint
 from tests.pg import private_database
 
@@ -47,17 +47,8 @@ def stop_pipeline(
         connections = adversarial_connections(
             database, kafka, private_search.url, redis_url, STOP_REDIS_DB, tmp_path
         )
-        create_schema(database)
-        workload = Workload(database, SEED)
-        workload.seed_rows()
-        workload.run(20)
-        pipeline = Pipeline.create(connections, tmp_path / "pipeline")
-        pipeline.start()
-        try:
-            yield pipeline, workload
-        finally:
-            pipeline.stop()
-            workload.close()
+        with running_adversarial(connections, tmp_path / "pipeline", SEED, 20) as running:
+            yield running
 
 
 def test_sigterm_and_ctrl_c_end_the_job_within_10_s_while_search_is_frozen(
