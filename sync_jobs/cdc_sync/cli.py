@@ -29,7 +29,7 @@ from cdc_sync.core.settings import Connections, SettingsError
 if TYPE_CHECKING:
     from cdc_sync.debezium.database import SourceDatabase
     from cdc_sync.job.observe.metrics_export import ConnectorStatus
-    from cdc_sync.job.runner import JobOptions
+    from cdc_sync.job.runner import JobOptions, QueryGroup
     from cdc_sync.mapping import MappingFile
 
 console = logging.getLogger(CONSOLE)  # shown on the console without -v
@@ -142,9 +142,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         stopping = _stop_on_signals()  # from here on, starting included
         try:
             query = job.start()
-            ended = False  # a query ended (failed, or stopped by someone else)
-            while not ended and not stopping.is_set():
-                ended = query.awaitTermination(STOP_POLL_SECONDS)
+            wait_for_end(query, stopping)
             failed = query.exception()
         except Exception as exc:
             if not stopping.is_set():
@@ -164,6 +162,16 @@ def cmd_run(args: argparse.Namespace) -> int:
             query.stop(timeout=STOP_QUERIES_SECONDS)  # every consumer, whatever ended the wait
         job.close()
         spark.stop()
+
+
+def wait_for_end(query: QueryGroup, stopping: threading.Event) -> None:
+    """Until a stop signal, or a query of the group ended for good (failed, or stopped by
+    someone else). A query that failed before its first batch is started again by the group
+    when it is next asked (`isActive`, `exception()`): that is not an end, and the wait goes on
+    (else `exception()` would start it again, find no failure, and the job exit 0)."""
+    while not stopping.is_set():
+        if query.awaitTermination(STOP_POLL_SECONDS) and not query.isActive:
+            return
 
 
 def _stop_on_signals() -> threading.Event:
