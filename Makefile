@@ -41,16 +41,21 @@ lint: install ## ruff + mypy + import contracts (layers only point down)
 	$(BIN)/mypy
 	PYTHONPATH=sync_jobs:connectors:infra $(BIN)/lint-imports
 
-bench: install ## benchmarks: Kafka source read rate, end-to-end (BENCH_ARGS, e.g. --quick), nested documents beside pgsync (DOCUMENTS_ARGS)
+bench: install ## benchmarks: Kafka source read rate, end-to-end (BENCH_ARGS, e.g. --quick), nested documents beside pgsync (DOCUMENTS_ARGS), search frozen (FREEZE_ARGS)
 	@echo "== benchmarks/bench_kafka_source.py"
 	$(BIN)/python benchmarks/bench_kafka_source.py
 	@echo "== benchmarks/bench_e2e.py $(BENCH_ARGS)"
 	PYTHONPATH=. $(BIN)/python benchmarks/bench_e2e.py $(BENCH_ARGS)
 	@echo "== benchmarks/bench_documents.py $(DOCUMENTS_ARGS)"
 	PYTHONPATH=. $(BIN)/python benchmarks/bench_documents.py $(DOCUMENTS_ARGS)
+	@echo "== benchmarks/bench_freeze.py $(FREEZE_ARGS)"
+	PYTHONPATH=. $(BIN)/python benchmarks/bench_freeze.py $(FREEZE_ARGS)
 
 bench-pgsync: install ## cdc-sync beside pgsync (own venv in .cdc-sync): same rows, workload, probes; ratios (PGSYNC_ARGS)
 	PYTHONPATH=. $(BIN)/python benchmarks/bench_pgsync.py $(PGSYNC_ARGS)
+
+bench-freeze: install ## search frozen 60 s at 20 changes/s: Redis and Delta p50/p99 beside the same without a freeze (FREEZE_ARGS)
+	PYTHONPATH=. $(BIN)/python benchmarks/bench_freeze.py $(FREEZE_ARGS)
 
 bench-documents: install ## nested documents (shop_order_documents) beside pgsync's nested schema: build, freshness, fan-out, Postgres load (DOCUMENTS_ARGS)
 	PYTHONPATH=. $(BIN)/python benchmarks/bench_documents.py $(DOCUMENTS_ARGS)
@@ -67,4 +72,4 @@ stack-down: ## stop exactly what stack-up started
 clean: ## remove the virtualenv and local state
 	rm -rf $(VENV) .cdc-sync .pytest_cache .mypy_cache .ruff_cache
 
-.PHONY: help bootstrap install demo test test-unit lint bench bench-pgsync bench-documents soak stack-up stack-down clean
+.PHONY: help bootstrap install demo test test-unit lint bench bench-pgsync bench-freeze bench-documents soak stack-up stack-down clean

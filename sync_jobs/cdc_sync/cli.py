@@ -13,6 +13,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
@@ -28,10 +29,11 @@ from cdc_sync.core.settings import Connections, SettingsError
 if TYPE_CHECKING:
     from cdc_sync.debezium.database import SourceDatabase
     from cdc_sync.job.observe.metrics_export import ConnectorStatus
-    from cdc_sync.job.runner import JobOptions
+    from cdc_sync.job.runner import JobOptions, QueryGroup
     from cdc_sync.mapping import MappingFile
 
 console = logging.getLogger(CONSOLE)  # shown on the console without -v
+log = logging.getLogger(__name__)  # the log file (the console at -v)
 
 
 # Commands that run for long and log a lot keep a log file under <state dir>/logs.
@@ -39,10 +41,12 @@ LOGGED_COMMANDS = ("run", "demo", "capture")
 _T = TypeVar("_T")
 
 # How often `run` looks whether a stop signal came while it waits for the queries.
-STOP_POLL_SECONDS = 1
-# After SIGTERM / Ctrl-C: how long the queries get to stop, and when the process leaves anyway.
-STOP_QUERIES_SECONDS = 5.0
-STOP_GRACE_SECONDS = 9.0
+STOP_POLL_SECONDS = 0.5
+# After SIGTERM / Ctrl-C: how long the queries get to stop, and when the process leaves anyway,
+# counted from the signal (the process is gone within 10 s, tests/e2e/test_stop.py; Spark's
+# JVM and Python workers end after it, 0.5 s to 2.5 s later on a loaded 2-core machine).
+STOP_QUERIES_SECONDS = 4.0
+STOP_GRACE_SECONDS = 6.0
 # How long `erase` waits for the running job to apply what was committed before it started.
 ERASE_WAIT_SECONDS = 60.0
 
@@ -119,7 +123,6 @@ def connector_status(connections: Connections, mapping: MappingFile) -> Connecto
 
 def cmd_run(args: argparse.Namespace) -> int:
     from cdc_sync.core.logs import log_settings
-    from cdc_sync.core.retry import abandon_retries
     from cdc_sync.job.runner import JobOptions, SyncJob
     from cdc_sync.job.spark_session import build_spark
     from cdc_sync.mapping import load_mapping
@@ -136,26 +139,21 @@ def cmd_run(args: argparse.Namespace) -> int:
         if args.available_now:
             job.drain()
             return 0
-        query = job.start()
-        # The handler only flags the stop: it runs on the main thread, which may be inside a
-        # py4j call, and a py4j call from there fails ("reentrant call"), leaving the query up.
-        stopping = threading.Event()
-
-        def stop(_signum: int, _frame: FrameType | None) -> None:
-            stopping.set()
-
-        signal.signal(signal.SIGINT, stop)
-        signal.signal(signal.SIGTERM, stop)
-        while not query.awaitTermination(STOP_POLL_SECONDS):
-            if stopping.is_set():
-                console.info(
-                    "stopping the sync job: a batch in progress is abandoned (not committed: it "
-                    "re-runs on restart, and every write is fenced)"
-                )
-                _leave_after(STOP_GRACE_SECONDS)
-                abandon_retries()  # a sink that is down is not waited for
-                break
-        failed = query.exception()
+        stopping = _stop_on_signals()  # from here on, starting included
+        try:
+            query = job.start()
+            wait_for_end(query, stopping)
+            failed = query.exception()
+        except Exception as exc:
+            if not stopping.is_set():
+                raise
+            failed = exc
+        if stopping.is_set():
+            # What failed meanwhile failed because of the stop (a retry abandoned, a start cut
+            # short, a Python worker's Ctrl-C), not because of the data: stopped as asked.
+            if failed is not None:
+                log.info("ended with the stop: %s", failed)
+            return 0
         if failed is not None:
             raise failed
         return 0
@@ -166,17 +164,49 @@ def cmd_run(args: argparse.Namespace) -> int:
         spark.stop()
 
 
-def _leave_after(seconds: float) -> None:
-    """Whatever still runs then (a batch stuck in a sink's client, Spark's own shutdown), the
-    process ends `seconds` from now: an orchestrator's grace period is not ours to use up."""
+def wait_for_end(query: QueryGroup, stopping: threading.Event) -> None:
+    """Until a stop signal, or a query of the group ended for good (failed, or stopped by
+    someone else). A query that failed before its first batch is started again by the group
+    when it is next asked (`isActive`, `exception()`): that is not an end, and the wait goes on
+    (else `exception()` would start it again, find no failure, and the job exit 0)."""
+    while not stopping.is_set():
+        if query.awaitTermination(STOP_POLL_SECONDS) and not query.isActive:
+            return
+
+
+def _stop_on_signals() -> threading.Event:
+    """SIGTERM and Ctrl-C (SIGINT) stop the job: the returned event is set on the signal. A
+    thread started here then says so, abandons the sinks' retries (a sink that is down is not
+    waited for: the batch is not committed, re-runs on restart, and every write is fenced), and
+    ends the process STOP_GRACE_SECONDS after the signal whatever still runs (a batch stuck in a
+    sink's client, Spark's own shutdown): an orchestrator's grace period is not ours to use up.
+    Counted from the signal by its own thread, so neither the main thread's polling nor a call
+    it is stuck in can delay it."""
+    from cdc_sync.core.retry import abandon_retries
+
+    stopping = threading.Event()
+
+    def stop(_signum: int, _frame: FrameType | None) -> None:
+        # Only a flag: the handler runs on the main thread, which may be inside a py4j call,
+        # and a py4j call from there fails ("reentrant call"), leaving the query up.
+        stopping.set()
 
     def leave() -> None:
+        stopping.wait()
+        deadline = time.monotonic() + STOP_GRACE_SECONDS
+        console.info(
+            "stopping the sync job: a batch in progress is abandoned (not committed: it "
+            "re-runs on restart, and every write is fenced)"
+        )
+        abandon_retries()
+        time.sleep(max(0.0, deadline - time.monotonic()))
         console.info("the sync job stopped without waiting for what was still running")
         _exit_now(0)
 
-    timer = threading.Timer(seconds, leave)
-    timer.daemon = True
-    timer.start()
+    threading.Thread(target=leave, name="cdc-sync-stop", daemon=True).start()
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+    return stopping
 
 
 def cmd_verify(args: argparse.Namespace) -> int:

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
@@ -80,11 +81,65 @@ class ChildProcess:
             self.process.wait(timeout=30)
         self._close_log()
 
+    def stop_timed(self, signum: int, whole_group: bool, timeout_seconds: float = 60.0) -> Stopped:
+        """`signum` to the process (an orchestrator's SIGTERM) or to its whole group (a
+        terminal's Ctrl-C), then wait: how long until the process exited, its exit code, and how
+        long until nothing of its group (the JVM, Python workers) was left. What still runs
+        after `timeout_seconds` is killed (SIGKILL); the figures then say so."""
+        assert self.process is not None, f"{self.name} is not running"
+        pgid = self.process.pid
+        started = time.monotonic()
+        with contextlib.suppress(ProcessLookupError):
+            if whole_group:
+                os.killpg(pgid, signum)
+            else:
+                self.process.send_signal(signum)
+        try:
+            returncode: int | None = self.process.wait(timeout=timeout_seconds)
+        except subprocess.TimeoutExpired:
+            returncode = None
+        exited = time.monotonic() - started
+        left = group_members(pgid)
+        while group_members(pgid) and time.monotonic() - started < timeout_seconds:
+            time.sleep(0.05)
+        gone = time.monotonic() - started
+        if returncode is None or group_members(pgid):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pgid, signal.SIGKILL)
+            self.process.wait(timeout=30)
+        self._close_log()
+        return Stopped(exited, returncode, gone, left)
+
     def _close_log(self) -> None:
         self.process = None
         if self._log_file is not None:
             self._log_file.close()
             self._log_file = None
+
+
+@dataclass(frozen=True)
+class Stopped:
+    """How a signalled child ended (ChildProcess.stop_timed)."""
+
+    seconds: float  # signal -> the process exited
+    returncode: int | None  # None: it did not exit in time (then killed)
+    group_seconds: float  # signal -> nothing of its process group left
+    left: list[str]  # what of its group still ran when it exited (java: Spark's JVM, ...)
+
+
+def group_members(pgid: int) -> list[str]:
+    """The command names of the processes of group `pgid` still running (zombies awaiting
+    their reaper do not count)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            name, rest = stat.read_text().rsplit(")", 1)
+        except OSError:  # gone meanwhile
+            continue
+        fields = rest.split()
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            found.append(name.split("(", 1)[1])
+    return sorted(found)
 
 
 @contextlib.contextmanager

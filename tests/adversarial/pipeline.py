@@ -36,10 +36,18 @@ from cdc_sync.core.settings import Connections
 from cdc_sync.debezium.connector import load_connector, pg_env_from_url
 from cdc_sync.debezium.notifications import parse_notification
 from cdc_sync.debezium.signals import request_snapshot
+from cdc_sync.job.consumers import consumer_checkpoint
 from cdc_sync.mapping import MappingFile, load_mapping
 from cdc_sync.verify.compare import Report, verify_all
 from tests.adversarial.capture import Capture, ConnectCapture, EngineCapture
 from tests.adversarial.child import PROJECT_ROOT, ChildProcess, frozen, wait_for
+from tests.adversarial.probe import (
+    FLAT_CONSUMERS,
+    PROBE_DEADLINE_SECONDS,
+    PROBE_INTERVAL_SECONDS,
+    FreezeReport,
+    FreshnessProbe,
+)
 from tests.adversarial.workload import CONNECTOR, MAPPING, TABLES
 from tests.e2e.sinks_state import clean_sinks
 from tests.pg import drop_slot
@@ -144,9 +152,11 @@ class JobProcess(ChildProcess):
         """The next starts run with `options` added (none: the usual arguments)."""
         self.argv = [*self.base_argv, *options]
 
-    def _queries(self) -> list[Path]:
+    def _queries(self, consumer: str | None = None) -> list[Path]:
         """The checkpoints of the job's streaming queries: one per consumer of the log
-        (job.consumers), each with Spark's offsets/ and commits/ folders."""
+        (job.consumers), each with Spark's offsets/ and commits/ folders; or `consumer`'s."""
+        if consumer is not None:
+            return [consumer_checkpoint(self.checkpoint, consumer)]
         return sorted(path.parent for path in self.checkpoint.glob("**/offsets"))
 
     @staticmethod
@@ -154,13 +164,19 @@ class JobProcess(ChildProcess):
         path = query / folder
         return [int(p.name) for p in path.iterdir() if p.name.isdigit()] if path.exists() else []
 
-    def committed_batches(self) -> int:
-        """Batches committed so far, all consumers together (grows when any commits)."""
-        return sum(len(self._batches(query, "commits")) for query in self._queries())
+    def committed_batches(self, consumer: str | None = None) -> int:
+        """Batches committed so far, all consumers together (grows when any commits), or
+        consumer `consumer`'s (search, redis, delta, documents:<name>). By the highest batch
+        id: Spark deletes old commit files (it keeps the last 100)."""
+        return sum(
+            max(self._batches(query, "commits"), default=-1) + 1
+            for query in self._queries(consumer)
+        )
 
-    def in_flight(self) -> bool:
-        """A consumer's batch is planned (its offsets written) and not yet committed."""
-        for query in self._queries():
+    def in_flight(self, consumer: str | None = None) -> bool:
+        """A consumer's batch is planned (its offsets written) and not yet committed; with
+        `consumer`: that consumer's."""
+        for query in self._queries(consumer):
             planned, committed = self._batches(query, "offsets"), self._batches(query, "commits")
             if planned and max(planned) > max(committed, default=-1):
                 return True
@@ -176,10 +192,12 @@ class JobProcess(ChildProcess):
             time.sleep(0.02)
         return True
 
-    def wait_committed(self, more_than: int, timeout_seconds: float = 120.0) -> None:
-        """Until the query has committed a batch past `more_than` (it is mid-stream)."""
+    def wait_committed(
+        self, more_than: int, timeout_seconds: float = 120.0, consumer: str | None = None
+    ) -> None:
+        """Until the queries (or `consumer`'s) have committed more than `more_than` batches."""
         deadline = time.monotonic() + timeout_seconds
-        while self.committed_batches() <= more_than:
+        while self.committed_batches(consumer) <= more_than:
             self.raise_if_dead()
             if time.monotonic() > deadline:
                 raise TimeoutError(f"no batch committed in {timeout_seconds}s (log {self.log})")
@@ -370,23 +388,30 @@ class Pipeline:
 
     def freeze_search(
         self, search_pid: int, seconds: float, write: Callable[[threading.Event], None]
-    ) -> None:
+    ) -> FreezeReport:
         """The search server SIGSTOPped for `seconds` (always SIGCONTed) while `write(stop)` runs
-        in a thread; then the job must have logged that it waits for the sink, without exiting
-        or restarting."""
+        in a thread and the freshness probe updates adv.probe twice a second; then the job must
+        have logged that it waits for the sink, without exiting or restarting, and the other
+        consumers must have kept applying (FreezeReport.check: invariant 8)."""
         starts, log_before = self.job.starts, len(self.job.log.read_bytes())
         stop = threading.Event()
         writer = threading.Thread(target=write, args=(stop,), daemon=True)
+        probe = FreshnessProbe(self.mapping, self.connections, PROBE_INTERVAL_SECONDS)
         writer.start()
         try:
             with frozen(search_pid):
+                probe.start()
+                before = self._commits()
                 deadline = time.monotonic() + seconds
                 while time.monotonic() < deadline:
                     self.job.raise_if_dead()
                     time.sleep(0.5)
+                during = {name: n - before[name] for name, n in self._commits().items()}
         finally:
             stop.set()
             writer.join()
+            freshness = probe.finish(PROBE_DEADLINE_SECONDS)  # its last updates, after the thaw
+        report = FreezeReport(seconds, freshness, during)
         logged = self.job.log.read_bytes()[log_before:].decode(errors="replace")
         assert WAITING_LINE in logged, f"no {WAITING_LINE!r} in the job log:\n{self.job.tail()}"
         # The job's console (its stdout and stderr): its own one-line reports, no client's
@@ -394,6 +419,12 @@ class Pipeline:
         assert "Traceback" not in logged, f"a traceback on the job's console:\n{logged[-3000:]}"
         self.job.raise_if_dead()
         assert self.job.starts == starts, "the sync job was restarted"
+        report.check()
+        return report
+
+    def _commits(self) -> dict[str, int]:
+        """Batches each flat sink's consumer has committed so far."""
+        return {name: self.job.committed_batches(name) for name in FLAT_CONSUMERS}
 
     def flush_cache(self) -> None:
         client = redis.Redis.from_url(self.connections.require("redis_url"))

@@ -122,6 +122,15 @@ CREATE TABLE IF NOT EXISTS adv.child_tag (
     FOREIGN KEY (k, n) REFERENCES adv.child (k, n) ON DELETE CASCADE ON UPDATE CASCADE
 );
 
+-- probe: one row, never written by the workload, that the freshness probe (probe.py) updates
+-- twice a second while the search server is frozen: the cache and the warehouse must show each
+-- update within seconds while search is behind (invariant 8: no sink waits for another).
+CREATE TABLE IF NOT EXISTS adv.probe (
+    id  integer PRIMARY KEY,
+    n   bigint NOT NULL
+);
+INSERT INTO adv.probe (id, n) VALUES (1, 0) ON CONFLICT (id) DO NOTHING;
+
 -- Debezium's signal table (incremental snapshots: the documented cache repair).
 CREATE TABLE IF NOT EXISTS adv.cdc_sync_signal (
     id    varchar(64) PRIMARY KEY,

@@ -99,17 +99,20 @@ def search_frozen_round(
     pipeline: Pipeline, workload: Workload, search_pid: int, seconds: float
 ) -> Result:
     """The search server SIGSTOPped for `seconds` while the workload writes: the job waits for
-    it (logs "waiting for sink", never exits) and converges once it answers again."""
+    it (logs "waiting for sink", never exits), the cache and the warehouse keep applying (the
+    freshness probe's updates show there within seconds), and every sink converges once it
+    answers again."""
     before = workload.changes
-    pipeline.freeze_search(
+    frozen = pipeline.freeze_search(
         search_pid, seconds, lambda stop: write_until(workload, sys.maxsize, stop)
     )
+    log.info("while search was frozen: %s", frozen.text())
     report, converge_seconds = timed_convergence(pipeline)
     pipeline.job.raise_if_dead()
     return Result(
         f"search server frozen {seconds:g}s",
         workload.changes - before,
-        "SIGSTOP search (job waits, no restart)",
+        f"SIGSTOP search (job waits, no restart); meanwhile {frozen.summary()}",
         rows_compared(report),
         str(differences(report)),
         converge_seconds,

@@ -49,6 +49,7 @@ TABLES = (
     "adv.truncated",
     "adv.tag",
     "adv.child_tag",
+    "adv.probe",  # the freshness probe's row (probe.py), not the workload's
 )
 TAGS = 12  # tag ids 1..TAGS: few, so a tag's change reaches many documents
 BIG_MD5_CHUNKS = 300  # 300 x 32 hex chars: ~9.6 kB per big column, out of line (> 8 kB)

@@ -21,6 +21,8 @@ from cdc_sync.debezium.connector import load_connector
 from cdc_sync.demo.workload import create_demo_schema
 from cdc_sync.job.spark_session import build_spark
 from cdc_sync.mapping import MappingFile
+from tests.adversarial.pipeline import Pipeline
+from tests.adversarial.workload import Workload, create_schema
 from tests.e2e.harness import SyncHarness, e2e_mapping
 from tests.e2e.sinks_state import clean_sinks
 from tests.fixtures.services import KafkaEndpoint
@@ -53,6 +55,27 @@ def adversarial_connections(
         connect_url=None,
         warehouse=str(root / "warehouse"),
     )
+
+
+@contextmanager
+def running_adversarial(
+    connections: Connections, root: Path, seed: int, operations: int = 40
+) -> Iterator[tuple[Pipeline, Workload]]:
+    """The adversarial schema on the connections' (private) database, its seed rows and
+    `operations` of the workload (part of the initial snapshot), captured and synced by the
+    suite's processes; stopped at the end."""
+    database = connections.require("pg_url")
+    create_schema(database)
+    workload = Workload(database, seed)
+    workload.seed_rows()
+    workload.run(operations)
+    pipeline = Pipeline.create(connections, root)
+    pipeline.start()
+    try:
+        yield pipeline, workload
+    finally:
+        pipeline.stop()
+        workload.close()
 
 
 @pytest.fixture(scope="session")

@@ -16,15 +16,13 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from cdc_sync.core.retry import RetryPolicy, TransientSinkError
 from cdc_sync.job.write.health import SinkHealth, SinkState
-from cdc_sync.localstack.process import StackError, Started, stop_pid
-from cdc_sync.localstack.services import start_search
+from cdc_sync.localstack.process import Started
 from cdc_sync.mapping import TableRoute
 from cdc_sync.sinks.base import WriteResult
 from cdc_sync.sinks.search import SearchSink
@@ -39,16 +37,8 @@ ATTEMPT_TIMEOUT = 1.5
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[Started]:
-    try:
-        started = start_search(tmp_path)
-    except StackError as exc:
-        pytest.skip(f"osmem-server could not start: {exc}")
-    try:
-        yield started
-    finally:
-        resume(started)
-        stop_pid(started.pid)
+def server(private_search: Started) -> Started:
+    return private_search
 
 
 def freeze(started: Started) -> None:

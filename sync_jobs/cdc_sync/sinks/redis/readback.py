@@ -43,6 +43,12 @@ def rows(client: redis.Redis, cache: CacheRoute, table: TableId) -> dict[str, di
     }
 
 
+def row(client: redis.Redis, cache: CacheRoute, table: TableId, doc_id: str) -> Any:
+    """The cached row of one key (the JSON in its `row` field), None when the cache has none."""
+    value = client.hget(cache.key(table, doc_id), ROW_FIELD)
+    return None if value is None else json.loads(value)
+
+
 @dataclass(frozen=True)
 class Foreign:
     """A row key the pipeline did not write: its version field is missing or not the pipeline's
