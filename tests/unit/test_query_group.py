@@ -1,6 +1,6 @@
-"""The consumers' queries as one (job.runner.QueryGroup): a query that fails before its first
-batch is started again, a bounded number of times; one that failed later ends the job; a stop
-is bounded in time."""
+"""The consumers' queries as one (job.runner.QueryGroup): a query that failed for a reason that
+may pass is started again after a delay, a bounded number of times, while the others run; one
+whose failure will not pass ends the job at once; a stop is bounded in time."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any, cast
 
 import pytest
 
-from cdc_sync.job.runner import START_ATTEMPTS, ConsumerFailed, QueryGroup
+from cdc_sync.job.runner import RESTART_DELAYS, ConsumerFailed, QueryGroup
 
 pytestmark = pytest.mark.unit
 
@@ -18,10 +18,9 @@ pytestmark = pytest.mark.unit
 class FakeQuery:
     """What QueryGroup reads of a StreamingQuery."""
 
-    def __init__(self, error: Exception | None = None, progress: Any = None) -> None:
+    def __init__(self, error: Exception | None = None) -> None:
         self.isActive = error is None
         self.error = error
-        self.lastProgress = progress
         self.stopped = threading.Event()
 
     def exception(self) -> Exception | None:
@@ -32,12 +31,25 @@ class FakeQuery:
         self.stopped.set()
 
 
-def group_of(queries: dict[str, FakeQuery], restart: Any = None) -> QueryGroup:
-    return QueryGroup(cast(dict[str, Any], queries), restart=restart)
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
 
 
-def test_a_query_that_failed_before_its_first_batch_starts_again() -> None:
-    started: list[str] = []
+def group_of(
+    queries: dict[str, FakeQuery],
+    restart: Any = None,
+    terminal: Any = lambda name: False,
+    clock: Any = time.monotonic,
+) -> QueryGroup:
+    return QueryGroup(cast(dict[str, Any], queries), restart, terminal, clock)
+
+
+def test_a_failed_query_starts_again_after_its_delay_while_the_group_runs() -> None:
+    clock, started = Clock(), []
 
     def restart(name: str) -> Any:
         started.append(name)
@@ -46,31 +58,39 @@ def test_a_query_that_failed_before_its_first_batch_starts_again() -> None:
     group = group_of(
         {"search": FakeQuery(), "delta": FakeQuery(RuntimeError("worker did not connect"))},
         restart,
+        clock=clock,
     )
+    assert group.isActive and group.exception() is None  # waiting for its restart
+    assert started == []
+    clock.now += RESTART_DELAYS[0]
     assert group.isActive
     assert started == ["delta"]
-    assert group.exception() is None
 
 
-def test_restarts_are_bounded_and_then_the_failure_stands() -> None:
-    def restart(name: str) -> Any:
-        return FakeQuery(RuntimeError("still down"))
-
-    group = group_of({"redis": FakeQuery(RuntimeError("down"))}, restart)
-    for _ in range(START_ATTEMPTS + 2):
+def test_restarts_are_bounded_and_then_the_failure_ends_the_job() -> None:
+    clock = Clock()
+    group = group_of(
+        {"redis": FakeQuery(RuntimeError("down"))},
+        lambda name: FakeQuery(RuntimeError("still down")),
+        clock=clock,
+    )
+    for delay in RESTART_DELAYS:
+        assert group.isActive
+        clock.now += delay
         group.exception()
-    assert group.starts["redis"] == START_ATTEMPTS
+    assert len(group.restarted["redis"]) == len(RESTART_DELAYS)
     failed = group.exception()
     assert isinstance(failed, ConsumerFailed) and failed.consumer == "redis"
     assert not group.isActive
 
 
-def test_a_query_that_failed_after_it_made_progress_is_not_started_again() -> None:
+def test_a_failure_that_will_not_pass_ends_the_job_at_once() -> None:
     def restart(name: str) -> Any:
-        raise AssertionError("a query that applied batches must not be restarted silently")
+        raise AssertionError("a policy's failure must not be retried")
 
-    failed = FakeQuery(RuntimeError("policy says fail"), progress={"batchId": 4})
-    group = group_of({"search": failed}, restart)
+    group = group_of(
+        {"search": FakeQuery(RuntimeError("policy says fail"))}, restart, lambda name: True
+    )
     assert not group.isActive
     assert isinstance(group.exception(), ConsumerFailed)
 

@@ -1,5 +1,5 @@
 """How `cdc-sync run` waits on its consumers' queries (cli.wait_for_end): until a stop signal, or
-until a query ended for good. A query that failed before its first batch is started again by
+until a query ended for good. A query that failed for a reason that may pass is started again by
 the group (job.runner.QueryGroup): that is not an end. Seen in tests/e2e/test_stop.py under
 load: the query failed between the group's restart check and its activity check, the wait
 ended, the restart then happened inside `exception()`, which found no failure, and the job
@@ -13,9 +13,20 @@ import time
 import pytest
 
 from cdc_sync.cli import wait_for_end
-from cdc_sync.job.runner import START_ATTEMPTS, ConsumerFailed, QueryGroup
+from cdc_sync.job.runner import RESTART_DELAYS, ConsumerFailed, QueryGroup
 
 pytestmark = pytest.mark.unit
+
+
+class Jumps:
+    """A clock that moves past any restart delay each time it is read."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        self.now += max(RESTART_DELAYS) + 1
+        return self.now
 
 
 class FakeQuery:
@@ -41,7 +52,7 @@ def test_a_query_started_again_after_failing_before_its_first_batch_is_no_end() 
     # Active when the group looks whether to restart it, failed when it looks whether all run.
     early = FakeQuery([True, False], RuntimeError("Python worker failed to connect back."))
     started_again = FakeQuery([True])
-    group = QueryGroup({"redis": early}, restart=lambda name: started_again)  # type: ignore[dict-item,arg-type,return-value]
+    group = QueryGroup({"redis": early}, restart=lambda name: started_again, clock=Jumps())  # type: ignore[dict-item,arg-type,return-value]
     stopping = threading.Event()
     threading.Timer(1.0, stopping.set).start()
 
@@ -52,10 +63,13 @@ def test_a_query_started_again_after_failing_before_its_first_batch_is_no_end() 
     assert group.exception() is None
 
 
-def test_a_query_that_failed_after_its_first_batch_ends_the_wait() -> None:
-    failed = FakeQuery([True, False], RuntimeError("sink search gave up"))
-    failed.lastProgress = {"batchId": 3}
-    group = QueryGroup({"search": failed}, restart=lambda name: FakeQuery([True]))  # type: ignore[dict-item,arg-type,return-value]
+def test_a_query_whose_failure_will_not_pass_ends_the_wait() -> None:
+    failed = FakeQuery([True, False], RuntimeError("on_malformed: fail"))
+    group = QueryGroup(
+        {"search": failed},  # type: ignore[dict-item]
+        restart=lambda name: FakeQuery([True]),  # type: ignore[arg-type,return-value]
+        terminal=lambda name: True,
+    )
     stopping = threading.Event()
     started = time.monotonic()
 
@@ -66,15 +80,15 @@ def test_a_query_that_failed_after_its_first_batch_ends_the_wait() -> None:
     assert isinstance(error, ConsumerFailed) and error.consumer == "search"
 
 
-def test_a_query_that_keeps_failing_at_start_ends_the_wait_after_its_attempts() -> None:
+def test_a_query_that_keeps_failing_ends_the_wait_after_its_restarts() -> None:
     def failing(_name: str) -> FakeQuery:
         return FakeQuery([False], RuntimeError("Python worker failed to connect back."))
 
-    group = QueryGroup({"delta": failing("delta")}, restart=failing)  # type: ignore[dict-item,arg-type]
+    group = QueryGroup({"delta": failing("delta")}, restart=failing, clock=Jumps())  # type: ignore[dict-item,arg-type]
     stopping = threading.Event()
 
     wait_for_end(group, stopping)
 
     assert not stopping.is_set()
-    assert group.starts["delta"] == START_ATTEMPTS
+    assert len(group.restarted["delta"]) == len(RESTART_DELAYS)
     assert isinstance(group.exception(), ConsumerFailed)

@@ -18,13 +18,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import psycopg
+from confluent_kafka import KafkaException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from cdc_sync.core.errors import ConfigError
 from cdc_sync.core.logs import CONSOLE
 from cdc_sync.core.model import KnownSchemas, TableId
-from cdc_sync.core.retry import RetryPolicy
+from cdc_sync.core.retry import RetryPolicy, TransientSinkError
 from cdc_sync.core.settings import Connections
 from cdc_sync.debezium.connector import converter_modes as connector_modes
 from cdc_sync.debezium.database import SourceDatabase
@@ -61,6 +62,7 @@ from cdc_sync.sinks.search import SearchSink
 from cdc_sync.source import stream_options, stream_with_options
 from cdc_sync.source.end_offsets import EndOffsets
 from cdc_sync.source.options import parse_options
+from cdc_sync.source.python_kafka import KafkaRangeUnreachable
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +84,15 @@ class SharedParts:
     # first (large) batch takes the CPU from a later consumer's start (its source's Python
     # process must connect back to Spark within 10 s, a fixed limit of Spark's).
     all_started: threading.Event = field(default_factory=threading.Event)
+
+
+# Failures of a batch that starting its query again may overcome: a sink or the broker that did
+# not answer within the retry horizon (job.runner.QueryGroup restarts the query).
+PASSING_FAILURES: tuple[type[BaseException], ...] = (
+    TransientSinkError,
+    KafkaException,
+    KafkaRangeUnreachable,
+)
 
 
 def converter_modes(mapping: MappingFile) -> ConverterModes:
@@ -258,6 +269,9 @@ class ConsumerJob:
         every = options.maintain_every_batches
         self.upkeep = EveryNBatches(every, self.maintain) if every and delta is not None else None
         self.query: StreamingQuery | None = None  # the running query, once started
+        # The Python error that ended the query's last batch, if one did (`failed_for_good`).
+        self.failure: BaseException | None = None
+        self.targets_ready = False
 
     @property
     def name(self) -> str:
@@ -292,8 +306,27 @@ class ConsumerJob:
         self.status.start_heartbeat(lambda: query_state(query))
         return query
 
+    def failed_for_good(self) -> bool:
+        """Whether the query's failure will not pass by starting it again: any error of the
+        job's own but a sink or broker that did not answer in time (a failure of Spark's, with
+        no error of the batch's, may pass too)."""
+        return self.failure is not None and not isinstance(self.failure, PASSING_FAILURES)
+
     def _batch(self, batch: DataFrame, batch_id: int) -> None:
+        try:
+            self._apply(batch, batch_id)
+        except BaseException as exc:
+            self.failure = exc
+            raise
+        self.failure = None
+
+    def _apply(self, batch: DataFrame, batch_id: int) -> None:
         self.shared.all_started.wait()
+        if not self.targets_ready:
+            # Here, not before the query starts: a sink that is down holds its own consumer's
+            # first batch (retried), never the other consumers' start (invariant 8).
+            self.ensure_targets()
+            self.targets_ready = True
         # Each consumer's Spark jobs run in a fair-scheduler pool of its own (spark_session):
         # a long batch of one consumer does not queue the others' tasks behind it.
         self.shared.spark.sparkContext.setLocalProperty("spark.scheduler.pool", self.name)

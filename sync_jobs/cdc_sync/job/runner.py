@@ -49,52 +49,82 @@ log = logging.getLogger(__name__)
 
 POLL_SECONDS = 0.1  # how often a wait on the queries looks whether one ended
 INITIALIZE_SECONDS = 60.0  # a query's sources start within this, or the next starts anyway
-START_ATTEMPTS = 3  # starts of a query that fails before its first batch (QueryGroup)
+# Seconds before the 1st, 2nd, ... restart of a consumer whose query failed for a reason that may
+# pass; as many restarts within RESTART_WINDOW_SECONDS at most, then its failure ends the job.
+RESTART_DELAYS = (1.0, 5.0, 15.0, 30.0, 60.0)
+RESTART_WINDOW_SECONDS = 3600.0
 
 
 class QueryGroup:
-    """The consumers' streaming queries, handled as one: the job runs while all of them run; the
-    first to fail (or stop) ends the job, and stopping stops them all.
+    """The consumers' streaming queries, handled as one: the job runs while all of them run, and
+    stopping stops them all.
 
-    A query that fails before it made any progress is started again (`restart`), up to
-    `START_ATTEMPTS` times: Spark gives the Python process of a query's source 10 s to connect
-    back (a fixed limit), which a busy machine can miss while the other consumers run their first
-    batches (seen in the e2e suite); nothing was applied yet, so a new start is harmless."""
+    A consumer's query that fails for a reason that may pass (`terminal(name)` false: a sink
+    down past the retry horizon, the broker, a Python process of Spark's that did not come up
+    in time) is started again on its checkpoint after a delay (`RESTART_DELAYS`), the other
+    consumers running meanwhile (invariant 8): its batch re-runs, and every write is fenced.
+    A failure that will not pass (a policy that says fail, a refused schema change, a corrupt
+    file) or one that keeps coming back ends the job: `exception()` says which."""
 
     def __init__(
         self,
         queries: dict[str, StreamingQuery],
         restart: Callable[[str], StreamingQuery] | None = None,
+        terminal: Callable[[str], bool] = lambda name: False,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.queries = queries
         self.restart = restart
-        self.starts = dict.fromkeys(queries, 1)
+        self.terminal = terminal
+        self.clock = clock
+        self.restarted: dict[str, list[float]] = {name: [] for name in queries}
+        self.due: dict[str, float] = {}  # consumer -> when its next start is due
         self._reviving = threading.Lock()
 
+    def _recent(self, name: str) -> list[float]:
+        now = self.clock()
+        return [t for t in self.restarted[name] if now - t < RESTART_WINDOW_SECONDS]
+
+    def _waits_for_restart(self, name: str) -> bool:
+        """Failed, for a reason that may pass, with restarts left."""
+        query = self.queries[name]
+        if self.restart is None or query.isActive or query.exception() is None:
+            return False
+        return not self.terminal(name) and len(self._recent(name)) < len(RESTART_DELAYS)
+
     def _revive(self) -> None:
-        if self.restart is None:
-            return
         with self._reviving:
-            for name, query in list(self.queries.items()):
-                if self.starts[name] >= START_ATTEMPTS or query.isActive:
+            for name in list(self.queries):
+                if not self._waits_for_restart(name):
+                    self.due.pop(name, None)
                     continue
-                error = query.exception()
-                if error is None or query.lastProgress is not None:
+                recent = self._recent(name)
+                due = self.due.setdefault(name, self.clock() + RESTART_DELAYS[len(recent)])
+                if self.clock() < due:
                     continue
-                first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+                error = str(self.queries[name].exception() or "").strip()
                 logging.getLogger(CONSOLE).warning(
-                    "consumer %s: its query failed before its first batch (%s); starting it again",
+                    "consumer %s: its query failed (%s); starting it again on its checkpoint "
+                    "(restart %d of at most %d within %.0f min)",
                     name,
-                    first[:200],
+                    error.splitlines()[0][:200] if error else "",
+                    len(recent) + 1,
+                    len(RESTART_DELAYS),
+                    RESTART_WINDOW_SECONDS / 60,
                 )
-                self.starts[name] += 1
+                del self.due[name]
+                self.restarted[name] = [*recent, self.clock()]
+                assert self.restart is not None
                 self.queries[name] = self.restart(name)
 
     # StreamingQuery's names, so that callers handle one query or the group alike.
     @property
     def isActive(self) -> bool:
+        """Every consumer runs, or waits to be started again."""
         self._revive()
-        return all(query.isActive for query in self.queries.values())
+        return all(
+            query.isActive or self._waits_for_restart(name) for name, query in self.queries.items()
+        )
 
     def awaitTermination(self, timeout: float | None = None) -> bool:
         """True once any query has ended (a failed one: `exception()` says why), else False
@@ -106,7 +136,10 @@ class QueryGroup:
 
         def ended() -> bool:
             self._revive()
-            return not any(query.isActive for query in self.queries.values())
+            return not any(
+                query.isActive or self._waits_for_restart(name)
+                for name, query in self.queries.items()
+            )
 
         return self._wait(ended, timeout)
 
@@ -120,11 +153,11 @@ class QueryGroup:
         return True
 
     def exception(self) -> Exception | None:
-        """The first failed consumer's error, named after the consumer."""
+        """The first consumer's error that ended the job, named after the consumer."""
         self._revive()
         for name, query in self.queries.items():
             error = query.exception()
-            if error is not None:
+            if error is not None and not self._waits_for_restart(name):
                 return ConsumerFailed(name, error)
         return None
 
@@ -202,6 +235,9 @@ class SyncJob:
         self.consumers = [ConsumerJob(consumer, shared) for consumer in planned]
         self.query: QueryGroup | None = None  # the running queries, once started
 
+    def _failed_for_good(self, name: str) -> bool:
+        return self.consumer(name).failed_for_good()
+
     def consumer(self, name: str) -> ConsumerJob:
         """The consumer named `name` (search, redis, delta, documents:<name>)."""
         for consumer in self.consumers:
@@ -224,8 +260,6 @@ class SyncJob:
         if self.metrics is not None and self.metrics_port is None:
             port = self.options.metrics_port or 0
             self.metrics_port = self.metrics.serve(self.options.metrics_host, port)
-        for consumer in self.consumers:
-            consumer.ensure_targets()
         logging.getLogger(CONSOLE).info(
             "sync job started: %d tables, consumers %s, checkpoint %s",
             len(self.mapping.tables),
@@ -248,7 +282,7 @@ class SyncJob:
             started = {consumer.name: start(consumer.name) for consumer in self.consumers}
         finally:
             self.shared.all_started.set()  # the consumers' batches may run now
-        self.query = QueryGroup(started, restart=start)
+        self.query = QueryGroup(started, restart=start, terminal=self._failed_for_good)
         return self.query
 
     def drain(self, timeout_seconds: float = 600) -> None:
