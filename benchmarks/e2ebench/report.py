@@ -301,7 +301,9 @@ def render(result: dict[str, Any]) -> str:
                     _ms(st["interval_mean_seconds"]),
                 ]
                 + [
-                    f"{st['stage_mean_seconds'].get(n, 0):.2f} ({st['stage_max_seconds'][n]:.2f})"
+                    f"{st['stage_mean_seconds'][n]:.2f} ({st['stage_max_seconds'][n]:.2f})"
+                    if n in st["stage_mean_seconds"]
+                    else "-"  # a stage this step's batches did not run (a TRUNCATE's)
                     for n in names
                 ]
             )

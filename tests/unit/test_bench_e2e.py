@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from e2ebench.ladder import rate_ladder
 from e2ebench.observe import CpuTracker, batch_lines, process_tree, stage_breakdown, tree_usage
 from e2ebench.raw import wait_quantile
-from e2ebench.report import freshness_floor, rss_drift, targets
+from e2ebench.report import freshness_floor, render, rss_drift, targets
 from e2ebench.sampler import percentiles
 
 pytestmark = pytest.mark.unit
@@ -274,3 +274,33 @@ def test_the_cpu_of_a_worker_that_exited_unreaped_stays_counted(tmp_path: Path) 
     finally:
         parent.kill()
         parent.wait()
+
+
+def test_the_stage_table_shows_a_stage_that_only_some_steps_ran() -> None:
+    # A TRUNCATE in the first step's window, none in the second's: the second's cell is "-".
+    def stages(**means: float) -> dict[str, Any]:
+        return {"batches": 3, "records_per_batch": 10.0, "interval_mean_seconds": 0.4,
+                "stage_mean_seconds": means, "stage_max_seconds": means}  # fmt: skip
+
+    result = {
+        "started": "now",
+        "machine": "here",
+        "rows": {},
+        "raw": raw_rates(900.0, 9000.0, 90000.0, updates=300.0),
+        "streaming": [
+            step(20, 0.4, 0.8, True) | {"stages": stages(decode=0.1, truncate=0.03)},
+            step(100, 0.5, 0.9, True) | {"stages": stages(decode=0.2)},
+        ],
+    }
+    for s in result["streaming"]:
+        s |= {"job_cpu_percent": 10.0, "job_rss_mb": {"max": 900}, "service_cpu_percent": {}}
+        s["latency"] |= {
+            "probes": 40,
+            **{k: s["latency"]["all"] for k in ("search", "redis", "delta")},
+        }
+    result["targets"] = targets(result)
+
+    text = render(result)
+
+    [row_100] = [line for line in text.splitlines() if line.startswith("100 ") and "0.20" in line]
+    assert row_100.split()[-1] == "-"
