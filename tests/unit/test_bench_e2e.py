@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -26,7 +27,7 @@ from e2ebench.observe import CpuTracker, batch_lines, process_tree, stage_breakd
 from e2ebench.printout import render
 from e2ebench.raw import wait_quantile
 from e2ebench.report import rss_drift, targets
-from e2ebench.sampler import percentiles
+from e2ebench.sampler import Sampler, percentiles
 from e2ebench.sink_targets import clock_targets
 
 pytestmark = pytest.mark.unit
@@ -465,3 +466,41 @@ def test_rates_the_ladder_did_not_reach_are_bounded_by_the_slowest_raw_rate() ->
     assert not busy["met"] and busy["figure"] == "p50 9.00 s, p99 20.00 s"
     assert not drain["met"] and drain["figure"].startswith("not run")
     assert "search re-index rate, 250.0/s, is below 1000" in drain["bound"]["verdict"]
+
+
+class SlowSearchSampler(Sampler):
+    """Probes in memory: search answers a read in 1 s (a busy server), Redis at once."""
+
+    def __init__(self) -> None:
+        self._init_probes(("search", "redis"), rows=8)
+        self.written: dict[int, str] = {}
+
+    def _write(self, row_id: int, marker: str) -> None:
+        self.written[row_id] = marker
+
+    def _search_values(self, ids: list[int]) -> dict[int, Any]:
+        time.sleep(1.0)
+        return {row_id: self.written[row_id] for row_id in ids}
+
+    def _cache_values(self, ids: list[int]) -> dict[int, Any]:
+        return {row_id: self.written[row_id] for row_id in ids}
+
+
+def test_a_slow_sink_does_not_delay_what_the_sampler_sees_in_the_others() -> None:
+    # Each sink has its own consumer of the log: a probe shows in Redis whatever search does,
+    # and the sampler must see it then, not after search's slow answer.
+    sampler = SlowSearchSampler()
+    stop = threading.Event()
+    probing = threading.Thread(target=sampler.run, args=(0.2, stop))
+    probing.start()
+    time.sleep(3.0)
+    stop.set()
+    probing.join()
+
+    probes = sampler.take()
+
+    in_redis = [p.seen["redis"] for p in probes if "redis" in p.seen]
+    assert len(in_redis) >= 10
+    assert max(in_redis) < 0.5, sorted(in_redis)
+    # Search's reads take 1 s each: a probe committed during one waits for the next.
+    assert max(p.seen.get("search", 0.0) for p in probes) > max(in_redis) + 0.3
