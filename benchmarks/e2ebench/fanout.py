@@ -27,7 +27,7 @@ from cdc_sync.job.consumers import DOCUMENTS_PREFIX
 from cdc_sync.sinks.search.backends import is_transient, open_backend
 from e2ebench.consumer_report import step_label
 from e2ebench.ladder import StepParts, StepPlan, run_step
-from e2ebench.load import PRODUCTS
+from e2ebench.load import PRODUCTS, insert_fanout_customer
 from e2ebench.report import cell, ratio, seconds_text, table
 
 log = logging.getLogger(__name__)
@@ -49,18 +49,7 @@ class FanoutRows:
 def load_fanout(pg_url: str, roots: int, lines_per_order: int = LINES_PER_ORDER) -> FanoutRows:
     """The fan-out customer, its `roots` orders and their lines (over the loaded products)."""
     with psycopg.connect(pg_url, autocommit=True) as conn:
-        row = conn.execute(
-            "INSERT INTO shop.customers (email, full_name, tier) "
-            "VALUES ('fanout@example.com', 'Fan Out', 'gold') RETURNING id"
-        ).fetchone()
-        assert row is not None
-        customer = int(row[0])
-        conn.execute(
-            "INSERT INTO shop.orders (customer_id, status, total, internal_note) "
-            "SELECT %s, 'new', (g %% 5000)::numeric / 10, 'not for search' "
-            "FROM generate_series(1, %s) g",
-            (customer, roots),
-        )
+        customer = insert_fanout_customer(conn, roots)
         lines = conn.execute(
             "INSERT INTO shop.order_lines (order_id, line_no, product_id, quantity, unit_price) "
             "SELECT o.id, n, 1 + (o.id + 37 * n) %% %s, 1 + (o.id + n) %% 9, "
