@@ -377,8 +377,10 @@ def test_the_stage_table_shows_a_stage_that_only_some_steps_ran() -> None:
     assert row_100.split()[-1] == "-"
 
 
-def sink_step(rate: float, drains: bool = True, **latency: tuple[float, float]) -> dict[str, Any]:
-    """A step with p50/p99 per sink (`search=(p50, p99)`; "all": the slowest of them)."""
+def sink_step(
+    rate: float, latency: dict[str, tuple[float, float]], drains: bool = True
+) -> dict[str, Any]:
+    """A step with p50/p99 per sink (`{"search": (p50, p99)}`; "all": the slowest of them)."""
     cuts = {s: {"p50": a, "p95": b, "p99": b, "max": b} for s, (a, b) in latency.items()}
     cuts["all"] = {q: max(c[q] for c in cuts.values()) for q in ("p50", "p95", "p99", "max")}
     return {"target_rate": rate, "achieved_rate": rate, "drains": drains, "drained_in_seconds": 1.0,
@@ -400,10 +402,10 @@ def test_issue_28s_targets_per_sink_and_the_initial_sync_against_the_last_run() 
             "rows_per_second": {"search": 1100.0, "redis": 1200.0, "delta": 1250.0},
         },
         "streaming": [
-            sink_step(20, **fast),
-            sink_step(100, **fast),
-            sink_step(300, search=(0.9, 1.9), redis=(0.3, 0.6), delta=(1.0, 1.8)),
-            sink_step(1000, search=(5.0, 9.0), redis=(1.0, 2.0), delta=(2.0, 4.0)),
+            sink_step(20, fast),
+            sink_step(100, fast),
+            sink_step(300, {"search": (0.9, 1.9), "redis": (0.3, 0.6), "delta": (1.0, 1.8)}),
+            sink_step(1000, {"search": (5.0, 9.0), "redis": (1.0, 2.0), "delta": (2.0, 4.0)}),
         ],
     }
 
@@ -431,7 +433,7 @@ def test_a_missed_latency_target_names_the_consumers_floor_and_whether_it_proves
         "options": {"rates": [20.0]},
         "raw": raw_rates(3000.0, 100000.0, 1000000.0, updates=1500.0),
         "streaming": [
-            sink_step(20, search=(0.7, 1.0), redis=(0.4, 0.6), delta=(0.9, 1.2))
+            sink_step(20, {"search": (0.7, 1.0), "redis": (0.4, 0.6), "delta": (0.9, 1.2)})
             | {"stages": stages}
         ],
     }
@@ -449,13 +451,15 @@ def test_a_missed_latency_target_names_the_consumers_floor_and_whether_it_proves
 
 
 def test_rates_the_ladder_did_not_reach_are_bounded_by_the_slowest_raw_rate() -> None:
-    result = {
+    result: dict[str, Any] = {
         "options": {"rates": [20.0, 100.0, 300.0, 1000.0]},
         "raw": raw_rates(3000.0, 100000.0, 1000000.0, updates=250.0),
         "streaming": [
-            sink_step(20, search=(0.2, 0.4), redis=(0.1, 0.3), delta=(0.8, 1.4)),
-            sink_step(100, search=(0.2, 0.4), redis=(0.1, 0.3), delta=(0.8, 1.4)),
-            sink_step(300, False, search=(9.0, 20.0), redis=(0.2, 0.4), delta=(0.9, 1.5)),
+            sink_step(20, {"search": (0.2, 0.4), "redis": (0.1, 0.3), "delta": (0.8, 1.4)}),
+            sink_step(100, {"search": (0.2, 0.4), "redis": (0.1, 0.3), "delta": (0.8, 1.4)}),
+            sink_step(
+                300, {"search": (9.0, 20.0), "redis": (0.2, 0.4), "delta": (0.9, 1.5)}, drains=False
+            ),
         ],
     }
     result["streaming"][-1]["drained_in_seconds_by_sink"] = {"redis": 0.3, "delta": 1.1}
