@@ -68,6 +68,7 @@ from cdc_sync.core.settings import Connections  # noqa: E402
 from cdc_sync.job.consumers import DOCUMENTS_PREFIX, consumer_names  # noqa: E402
 from cdc_sync.localstack.stack import LocalStack  # noqa: E402
 from cdc_sync.mapping import MappingFile, load_mapping  # noqa: E402
+from tests.adversarial.pipeline import JobProcess  # noqa: E402
 
 log = logging.getLogger("bench_e2e")
 PROBE_ROWS = 32
@@ -184,6 +185,7 @@ def scaled(args: argparse.Namespace, scale: float) -> tuple[int, int]:
 def initial_sync(
     counter: SinkCounter,
     capture: Any,
+    job: JobProcess,
     expected: int,
     started: float,
     cpu_before: Callable[[], dict[str, float]],
@@ -194,7 +196,7 @@ def initial_sync(
     counting = time.thread_time()
     capture.wait_ready(timeout_seconds=600)
     capture_seconds = time.monotonic() - started
-    reached = counter.wait_all(expected, timeout=1800, started=started)
+    reached = counter.wait_all(expected, timeout=1800, started=started, job=job)
     after = cpu_before()
     # This thread polled the sinks' counts, in the capture's process: not the pipeline's work.
     counting = time.thread_time() - counting
@@ -218,7 +220,12 @@ def job_log(run_dir: Path) -> Path:
 
 
 def documents_build(
-    search_url: str, pg_url: str, mapping: MappingFile, started: float, timeout: float
+    search_url: str,
+    pg_url: str,
+    mapping: MappingFile,
+    started: float,
+    job: JobProcess,
+    timeout: float = DOCUMENTS_BUILD_TIMEOUT,
 ) -> dict[str, Any]:
     """Seconds from `started` (capture start) until the document index holds a document for
     every root its filter keeps (its consumer builds it beside the sinks' initial sync)."""
@@ -229,6 +236,7 @@ def documents_build(
     expected = int(row[0]) if row else 0
     found = 0
     while time.monotonic() - started < timeout:
+        job.raise_if_dead()
         found = count_documents(search_url, spec.index)
         if found >= expected:
             seconds = time.monotonic() - started
@@ -323,14 +331,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         started = time.monotonic()
         capture = start_capture(connections, run_dir, args.partitions)
         result["initial_sync"] = initial_sync(
-            counter, capture, sum(result["rows"].values()), started,
+            counter, capture, job, sum(result["rows"].values()), started,
             lambda: cpu_snapshot(job_pid, services),
         )  # fmt: skip
         log.info("initial sync %s", result["initial_sync"])
         documents = f"{DOCUMENTS_PREFIX}{DOCUMENT}" in consumers
         if documents:  # the ladder starts once its consumer is idle too
             result["documents_build"] = documents_build(
-                urls.search_url, urls.pg_url, mapping, started, DOCUMENTS_BUILD_TIMEOUT
+                urls.search_url, urls.pg_url, mapping, started, job
             )
             log.info("document index built %s", result["documents_build"])
         workload = MixedWorkload(urls.pg_url, args.customers, args.orders, PROBE_ROWS + 1)

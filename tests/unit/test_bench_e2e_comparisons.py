@@ -5,15 +5,21 @@ run, and the printed page with every section."""
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from cdc_sync.core.settings import Connections
+from cdc_sync.mapping import load_mapping
+from tests.adversarial.child import ChildProcess
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import bench_e2e
 from e2ebench.fanout import compare, fanout_target
 from e2ebench.growth import growth, render_growth
+from e2ebench.pipeline import SinkCounter
 from e2ebench.printout import render
 from e2ebench.report import targets
 
@@ -144,3 +150,34 @@ def test_the_page_prints_every_section_of_a_run() -> None:
         assert heading in text, heading
     rows = [line.split()[:2] for line in text.splitlines()]
     assert ["20+fan-out", "documents:shop_order_documents"] in rows  # its own stage row
+
+
+class NoRows(SinkCounter):
+    """Sinks that stay empty (no services)."""
+
+    def __post_init__(self) -> None:
+        pass
+
+    def counts(self) -> dict[str, int]:
+        return {"search": 0, "redis": 0, "delta": 0}
+
+
+def test_the_initial_sync_wait_ends_when_the_job_exits(tmp_path: Path) -> None:
+    # A job whose query failed at start (seen: "Python worker failed to connect back" on a
+    # loaded machine) had the bench wait out the whole 30-minute timeout for rows that never came.
+    job = ChildProcess(
+        "sync job", [sys.executable, "-c", "print('gone'); exit(3)"], {}, tmp_path / "job.log"
+    )
+    job.start()
+    assert job.process is not None
+    job.process.wait(timeout=30)
+    counter = NoRows(
+        load_mapping(bench_e2e.MAPPING),
+        Connections(None, None, "kafka", None, "opensearch", None, None, None),
+    )
+    started = time.monotonic()
+
+    with pytest.raises(AssertionError, match="exited with 3"):
+        counter.wait_all(10, timeout=60, started=started, job=job)
+
+    assert time.monotonic() - started < 5
