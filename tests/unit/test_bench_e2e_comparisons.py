@@ -76,8 +76,11 @@ def test_the_fanout_comparison_pairs_each_step_with_the_same_rate_without_it() -
     assert fanout_target({"streaming": plain, "fanout_steps": []}) is None
 
 
-def run_result(broker: str, customers: int, latest: float, decode: float) -> dict[str, Any]:
-    stages = {"search": consumer(latest_offset=latest, spark=latest + 0.1, decode=decode)}
+def run_result(
+    broker: str, customers: int, latest: float, decode: float, plan: float = 0.1
+) -> dict[str, Any]:
+    means = {"latest_offset": latest, "spark": latest + plan, "spark_plan": plan, "decode": decode}
+    stages = {"search": consumer(**means)}
     return {
         "options": {"broker": broker},
         "rows": {"shop.customers": customers, "shop.orders": 10 * customers},
@@ -102,6 +105,20 @@ def test_growth_names_the_parts_that_grow_with_the_log_per_broker() -> None:
     text = render_growth(runs)
     assert "tansu   55,000 -> 550,000  search" in text
     assert growth(runs[:1]) == []  # one size: nothing to compare
+
+
+def test_growth_is_held_against_the_machines_own_pace_between_runs() -> None:
+    # The larger run met a machine twice as busy: Spark's planning, which asks nothing of the
+    # broker, took twice as long too. Doubled reads are the machine's; a tenfold one is the log's.
+    runs = [
+        run_result("noida", 5000, latest=0.02, decode=0.10, plan=0.1),
+        run_result("noida", 50000, latest=0.04, decode=1.00, plan=0.2),
+    ]
+
+    [found] = growth(runs)
+
+    assert found["ratios"]["spark_plan"] == 2.0
+    assert found["grows"] == ["decode"]
 
 
 def test_a_run_is_sized_by_scale_and_growth_runs_flat_consumers_without_fanout() -> None:
