@@ -134,19 +134,43 @@ def search_update_rate(
         return time.monotonic() - sent
 
     try:
-        warming = time.monotonic()
-        fast = 0
-        while fast < STEADY_BULKS and time.monotonic() - warming < WARMUP_SECONDS:
-            fast = fast + 1 if one_bulk() < STEADY_BULK_SECONDS else 0
-        warmup = time.monotonic() - warming
-        bulk_seconds: list[float] = []
-        started = time.monotonic()
-        while not bulk_seconds or time.monotonic() - started < UPDATE_SECONDS:
-            bulk_seconds.append(one_bulk())
-        rate = UPDATE_CHUNK * len(bulk_seconds) / (time.monotonic() - started)
-        return rate, bulk_seconds, warmup
+        found = steady_bulks(one_bulk)
+        return UPDATE_CHUNK * len(found.timed) / found.seconds, found.timed, found.warmup_seconds
     finally:
         backend.close()
+
+
+@dataclass(frozen=True)
+class SteadyBulks:
+    warmup: list[float]  # each warm-up bulk's seconds
+    warmup_seconds: float
+    steady: bool  # False: the warm-up ended at its time limit, not by the rule
+    timed: list[float]  # each timed bulk's seconds
+    seconds: float  # the timed bulks' wall time
+
+
+def steady_bulks(
+    one_bulk: Callable[[], float],
+    seconds: float = UPDATE_SECONDS,
+    warmup_limit: float = WARMUP_SECONDS,
+) -> SteadyBulks:
+    """`one_bulk` (it returns its seconds) back to back: first until STEADY_BULKS in a row took
+    less than STEADY_BULK_SECONDS (the server's lazy work after a load is done) or for
+    `warmup_limit` seconds at most, then timed for `seconds` (at least one bulk)."""
+    warmup: list[float] = []
+    warming = time.monotonic()
+    fast = 0
+    while fast < STEADY_BULKS and time.monotonic() - warming < warmup_limit:
+        warmup.append(one_bulk())
+        fast = fast + 1 if warmup[-1] < STEADY_BULK_SECONDS else 0
+    warmup_seconds = time.monotonic() - warming
+    timed: list[float] = []
+    started = time.monotonic()
+    while not timed or time.monotonic() - started < seconds:
+        timed.append(one_bulk())
+    return SteadyBulks(
+        warmup, warmup_seconds, fast >= STEADY_BULKS, timed, time.monotonic() - started
+    )
 
 
 def wait_quantile(bulk_seconds: list[float], share: float = 0.01) -> float:

@@ -389,6 +389,9 @@ class Pipeline:
             writer.join()
         logged = self.job.log.read_bytes()[log_before:].decode(errors="replace")
         assert WAITING_LINE in logged, f"no {WAITING_LINE!r} in the job log:\n{self.job.tail()}"
+        # The job's console (its stdout and stderr): its own one-line reports, no client's
+        # traceback per timed-out request (issue 28).
+        assert "Traceback" not in logged, f"a traceback on the job's console:\n{logged[-3000:]}"
         self.job.raise_if_dead()
         assert self.job.starts == starts, "the sync job was restarted"
 

@@ -21,6 +21,8 @@ from cdc_sync.core.settings import Connections
 from cdc_sync.job.observe.metrics_export import ConnectorStatus
 from cdc_sync.job.runner import JobOptions, QueryGroup, SyncJob
 from cdc_sync.mapping import MappingFile, load_mapping
+from cdc_sync.sinks.search import readback as search_readback
+from cdc_sync.sinks.search.backends import open_backend
 from cdc_sync.verify.compare import Report, primary_key, verify_all
 
 MAPPING = Path("mappings/shop.yaml")
@@ -95,6 +97,16 @@ class SyncHarness:
         with psycopg.connect(self.connections.require("pg_url"), autocommit=True) as conn:
             for statement in statements:
                 conn.execute(statement.encode())
+
+    def documents(self, name: str) -> dict[str, dict[str, Any]]:
+        """doc id -> document of the document index `name` (mapping `documents`)."""
+        connections = self.connections
+        backend = open_backend(connections.search_client, connections.require("search_url"))
+        try:
+            index = self.mapping.documents[name].index
+            return {i: doc for i, (_, doc) in search_readback.documents(backend, index).items()}
+        finally:
+            backend.close()
 
     def key_columns(self, table: TableId) -> list[str]:
         with psycopg.connect(self.connections.require("pg_url")) as conn:

@@ -4,6 +4,12 @@ changes with tombstones, and a restart resuming from committed offsets (no re-sn
 
 from __future__ import annotations
 
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,16 +19,18 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from cdc_sync.connectors.engine import CaptureEngine
+from cdc_sync.core import settings
 from cdc_sync.core.kafka_clients import consumer_config
 from cdc_sync.core.model import Change, Coordinates, Op, Tombstone
 from cdc_sync.core.settings import Connections
 from cdc_sync.debezium.decoder import parse_record
 from cdc_sync.demo.workload import create_demo_schema
+from tests.adversarial.child import PROJECT_ROOT
 from tests.fixtures.services import KafkaEndpoint
 from tests.pg import private_database
 
 pytestmark = pytest.mark.integration
-CONNECTOR = Path("connectors/shop.json")
+CONNECTOR = PROJECT_ROOT / "connectors" / "shop.json"
 
 Record = tuple[bytes | None, bytes | None, Coordinates]
 
@@ -127,3 +135,68 @@ def _wait_for(kafka: KafkaEndpoint, topic: str, count: int, timeout: float = 60)
             time.sleep(1.0)  # anything beyond `count` (a duplicate) would show up now
             return read_topic(kafka, topic)
         time.sleep(0.2)
+
+
+def test_stale_offsets_are_named_in_one_line_with_the_command_that_starts_over(
+    database: str, kafka: KafkaEndpoint, tmp_path: Path
+) -> None:
+    """Issue 28: after the database was re-created (here: its slot dropped), `cdc-sync capture`
+    printed Debezium's 40-line trace ("Last recorded offset is no longer available on the
+    server") and exited. Now one line says what is stale and how to start over; --reset does."""
+    prefix = f"cap{uuid.uuid4().hex[:6]}"
+    topic = f"{prefix}.shop.customers"
+    connector = tmp_path / "app.json"
+    document = json.loads(CONNECTOR.read_text())
+    document["config"] |= {"topic.prefix": prefix, "slot.name": prefix, "publication.name": prefix}
+    connector.write_text(json.dumps(document))
+    state = tmp_path / "state"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CDC_SYNC_")} | {
+        settings.PG_URL: database,
+        settings.KAFKA_BOOTSTRAP: kafka.bootstrap,
+        settings.KAFKA_FLAVOR: kafka.flavor,
+        settings.STATE_DIR_VAR: str(state),
+        "PYTHONPATH": str(PROJECT_ROOT),
+    }
+    command = [sys.executable, "-m", "cdc_sync.cli", "capture", "--connector", str(connector)]
+    connections = Connections(
+        database, kafka.bootstrap, kafka.flavor, None, "opensearch", None, None, None
+    )
+    first = CaptureEngine.from_file(connector, connections, state / "capture" / "app")
+    try:
+        first.start()
+        first.wait_ready(timeout_seconds=120)
+    finally:
+        first.stop()
+    snapshot = len(read_topic(kafka, topic))
+    drop_slot(database, prefix)
+
+    refused = subprocess.run(
+        command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert refused.returncode == 2, refused.stderr
+    [line] = refused.stderr.strip().splitlines()
+    offsets = state / "capture" / "app" / "shop.offsets"  # the connector's name
+    assert line.startswith(f"cdc-sync capture: the capture's stored offsets ({offsets}) ")
+    assert f"replication slot {prefix} does not exist" in line
+    assert line.endswith(
+        f"Start over with a new snapshot: {shlex.join(['cdc-sync', *command[3:], '--reset'])}"
+    )
+
+    again = subprocess.Popen(
+        [*command, "--reset"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        resnapshot = _wait_for(kafka, topic, snapshot * 2, timeout=180)
+    finally:
+        again.send_signal(signal.SIGINT)
+        output = again.communicate(timeout=120)[0]
+        drop_slot(database, prefix)
+    assert again.returncode == 0, output
+    assert "capture offsets removed: a new snapshot follows" in output
+    reread = [parse_record(*r) for r in resnapshot[snapshot:]]
+    assert [c.op for c in reread if isinstance(c, Change)] == [Op.READ] * snapshot

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import socket
+import time
 import urllib.request
 import uuid
 from pathlib import Path
@@ -15,8 +17,8 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from cdc_sync.core.kafka_clients import consumer_config, producer_config
 from cdc_sync.core.settings import read_env_file
 from cdc_sync.localstack.cli import stack_main
-from cdc_sync.localstack.process import alive, stop_pid
-from cdc_sync.localstack.services import check_end_offsets, start_broker
+from cdc_sync.localstack.process import StackError, alive, stop_pid
+from cdc_sync.localstack.services import BROKERS, check_end_offsets, start_broker, start_redis
 from cdc_sync.localstack.stack import LocalStack
 from tests.fixtures.services import KafkaEndpoint
 
@@ -70,19 +72,24 @@ def test_redis_answers(redis_url: str) -> None:
     client.close()
 
 
+@pytest.mark.parametrize("broker", BROKERS)
 def test_stack_up_status_down_stops_exactly_what_it_started(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], broker: str
 ) -> None:
+    """Every `--broker` option starts, the Kafka Connect worker included (on noida it exited:
+    its session timeout was below the broker's group.min.session.timeout.ms)."""
     root, env_file = tmp_path / "stack", tmp_path / "stack.env"
-    common = ["--dir", str(root), "--env-file", str(env_file)]
-    assert stack_main(["up", *common]) == 0
+    common = ["--dir", str(root), "--env-file", str(env_file), "--broker", broker]
+    assert stack_main(["up", *common]) == 0, capsys.readouterr().err
     try:
         values = read_env_file(env_file)
-        assert values["CDC_SYNC_KAFKA_FLAVOR"] in ("tansu", "noida")
+        assert values["CDC_SYNC_KAFKA_FLAVOR"] == broker
         assert values["CDC_SYNC_PG_URL"].startswith("postgresql://cdc_admin@127.0.0.1:")
         pids = [s.pid for s in LocalStack(root).started()]
         assert len(pids) == 5 and all(alive(pid) for pid in pids)  # with the Connect worker
         assert values["CDC_SYNC_CONNECT_URL"].startswith("http://127.0.0.1:")
+        with urllib.request.urlopen(f"{values['CDC_SYNC_CONNECT_URL']}/health") as health:
+            assert json.loads(health.read())["status"] == "healthy"  # joined its group
         assert stack_main(["status", *common]) == 0
         assert stack_main(["up", *common]) == 0  # already up: reused, nothing new started
         assert [s.pid for s in LocalStack(root).started()] == pids
@@ -102,3 +109,24 @@ def test_each_broker_stand_in_passes_the_end_offset_self_check(tmp_path: Path, f
     finally:
         stop_pid(started.pid)
     assert not alive(started.pid)
+
+
+def test_a_service_that_does_not_come_up_is_named_with_the_line_of_its_log_that_says_why(
+    tmp_path: Path,
+) -> None:
+    """Redis on a port another process holds exits at once: the error says so in one line (the
+    line of its log), as soon as it exited, not a log tail after the start timeout."""
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        started = time.monotonic()
+        with pytest.raises(StackError) as raised:
+            start_redis(tmp_path, port=port)
+        elapsed = time.monotonic() - started
+    message = str(raised.value)
+    assert message.startswith("redis-server exited before it answered: ")
+    assert "\n" not in message
+    assert f"Failed listening on port {port}" in message
+    assert f"(log {tmp_path / 'redis.log'})" in message
+    assert elapsed < 30  # not the 60 s start timeout

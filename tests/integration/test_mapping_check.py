@@ -198,12 +198,69 @@ def test_document_specs_are_checked_against_the_catalog(database: str, tmp_path:
     expected = [
         "documents.orders.columns: no column 'colour' in shop.orders",
         "documents.orders.filter: ",
-        "documents.orders.relations.customer.join: shop.orders.customer_id (int64) and "
-        "shop.customers.email (string) do not join",
+        "documents.orders.relations.customer.join: shop.orders.customer_id (int8) and "
+        "shop.customers.email (text) do not join: Postgres has no = for them",
         "documents.orders.relations.lines.join: no column 'order_no' in shop.order_lines",
         "documents.orders.relations.lines.order_by: no column 'position' in shop.order_lines",
         "documents.orders.relations.lines.relations.product.columns: no column 'gone'",
     ]
     for text in expected:
         assert any(f.startswith(str(bad)) and text in f for f in findings), (text, findings)
+    assert len(findings) == len(expected), findings
+
+
+JOINS = """
+version: 1
+source: {topic_prefix: cdc}
+tables: {}
+documents:
+  lines:
+    root: shop.order_lines
+    filter: "quantity::text ~ '^[0-9]+$'"  # Postgres SQL the job's engine reads too
+    relations:
+      # int4 to numeric(10,2): Postgres compares them by value.
+      priced: {table: shop.products, kind: one, join: {quantity: price}}
+      tagged:
+        table: shop.labels
+        join: {order_id: id}  # bigint to int4
+        relations:
+          named: {table: shop.customers, kind: one, join: {label: email}}  # citext to text
+      slotted:
+        table: shop.slots
+        join: {line_no: n}
+        order_by: [at, tags]  # a time sorts as Postgres sorts it; an array does not
+        relations:
+          # time to timetz: Postgres compares them, cdc-sync does not join them.
+          same: {table: shop.slots, join: {at: zoned}}
+      # timestamptz to text: Postgres has no `=` for them.
+      dated: {table: shop.customers, kind: one, join: {unit_price: created_at}}
+  orders:
+    root: shop.orders
+    filter: "len(status) > 1"  # the job's engine reads it, Postgres (verify) does not
+ignore: [shop.cdc_sync_signal, shop.cdc_sync_heartbeat]
+"""
+
+
+def test_document_joins_are_the_pairs_postgres_compares(database: str, tmp_path: Path) -> None:
+    """Every pair Postgres compares with `=` is accepted (an int4 foreign key to a numeric key
+    too); a pair it refuses, or one cdc-sync does not join, is refused naming the field."""
+    path = tmp_path / "joins.yaml"
+    path.write_text(JOINS)
+    with psycopg.connect(database) as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS citext")
+        conn.execute("CREATE TABLE shop.labels (id int PRIMARY KEY, label citext)")
+        conn.execute(
+            "CREATE TABLE shop.slots (n int PRIMARY KEY, at time, zoned timetz, tags text[])"
+        )
+        findings = [str(f) for f in validate_mapping(load_mapping(path), conn, None)]
+    expected = [
+        "documents.lines.relations.slotted.order_by: shop.slots.tags (_text): arrays sort by ",
+        "documents.lines.relations.slotted.relations.same.join: shop.slots.at (time) and "
+        "shop.slots.zoned (timetz): Postgres compares them, but cdc-sync does not join them",
+        "documents.lines.relations.dated.join: shop.order_lines.unit_price (numeric) and "
+        "shop.customers.created_at (timestamptz) do not join: Postgres has no = for them",
+        "documents.orders.filter: Postgres cannot evaluate it (verify does): function len(",
+    ]
+    for text in expected:
+        assert any(f.startswith(str(path)) and text in f for f in findings), (text, findings)
     assert len(findings) == len(expected), findings

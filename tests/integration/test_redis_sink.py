@@ -165,3 +165,25 @@ def test_truncate_removes_older_rows_fenced_and_leaves_tombstones(
     assert stored(client, route, 1) is None
     assert sink.truncate(route, truncate) == 0  # replayed: nothing older is left
     assert apply(sink, route, change(route, "c", 70, 1, product(1, name="new"))) == (1, 0, 0)
+
+
+def test_a_foreign_version_fences_nothing(
+    sink: RedisSink, route: TableRoute, client: redis.Redis
+) -> None:
+    """A key (or tombstone) under the prefix whose version is not the pipeline's 20 digits was
+    written by something else: as a string "5" sorts above every padded version, so it fenced
+    every change of the key before; now the change applies as over no row."""
+    assert route.cache is not None
+    row_key = route.cache.key(route.table, "1")
+    client.hset(row_key, mapping={"row": json.dumps({"id": 1, "name": "foreign"}), "version": "5"})
+    assert apply(sink, route, change(route, "u", 10, 1, product(1, name="ours"))) == (1, 0, 0)
+    assert (stored(client, route, 1) or {})["name"] == "ours"
+    client.set(route.cache.tombstone_key(route.table, "2"), "zz")
+    assert apply(sink, route, change(route, "c", 10, 2, product(2))) == (1, 0, 0)
+    client.hset(row_key, "version", "not a version")
+    assert apply(sink, route, change(route, "d", 11, 1)) == (1, 0, 0)
+    assert stored(client, route, 1) is None
+    client.hset(row_key, mapping={"row": json.dumps({"id": 1, "name": "foreign"}), "version": "7"})
+    truncate = Truncate(route.table, 50, Coordinates("cdc.shop.products", 0, 9), 55)
+    assert sink.truncate(route, truncate) == 2  # the foreign row orders before it, as row 2
+    assert stored(client, route, 1) is None and stored(client, route, 2) is None

@@ -4,6 +4,7 @@ deleted at their stored version in each sink (a concurrent re-insert wins)."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -13,6 +14,8 @@ from typing import Any
 import psycopg
 import pytest
 import redis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from cdc_sync.core.model import TableId
 from cdc_sync.core.settings import Connections
@@ -20,6 +23,7 @@ from cdc_sync.debezium.signals import key_filters
 from cdc_sync.mapping import DeltaRoute, MappingFile, TableRoute
 from cdc_sync.sinks.delta import readback as delta_readback
 from cdc_sync.sinks.redis import readback as cache_readback
+from cdc_sync.sinks.redis.actions import parsed_version
 from cdc_sync.sinks.search import SearchSink
 from cdc_sync.sinks.search import readback as search_readback
 from cdc_sync.verify.compare import source_keys
@@ -159,3 +163,77 @@ def test_a_reinsert_landing_after_the_check_wins_over_the_delete(
     )
     assert (outcome.deleted, outcome.fenced) == (0, 1)
     assert held(sinks, name, route) == {"1": "re-inserted"}
+
+
+def write_foreign(
+    sinks: RepairSinks, route: TableRoute, key: int, version_field: bytes | None
+) -> None:
+    """A row key under the route's prefix written by something else: its own version field
+    (or none)."""
+    assert route.cache is not None
+    client = redis.Redis.from_url(sinks.connections.require("redis_url"))
+    try:
+        fields: dict[str, bytes] = {"row": json.dumps({"id": key, "name": "foreign"}).encode()}
+        if version_field is not None:
+            fields["version"] = version_field
+        client.hset(route.cache.key(route.table, str(key)), mapping=fields)  # type: ignore[arg-type]
+    finally:
+        client.close()
+
+
+# Anything but the pipeline's 20 digits: a short number ("newer" than every padded version as a
+# string), 21 digits, 20 characters that are not all digits, text, no field at all.
+FOREIGN_FIELDS: list[bytes | None] = [
+    b"5",
+    b"9" * 21,
+    b"0000000000000000000x",
+    b"\xff\xfe not text",
+    b"",
+    None,
+]
+
+
+def test_cache_keys_whose_version_is_not_the_pipelines_are_deleted_as_foreign(
+    sinks: RepairSinks, route: TableRoute
+) -> None:
+    """Before: a foreign key was kept as "newer in the sink" (its field compared as a string
+    above the padded version), or counted "already gone" (no field): it was immortal."""
+    ids = [str(key) for key in range(1, len(FOREIGN_FIELDS) + 1)]
+    for key, field in enumerate(FOREIGN_FIELDS, start=1):
+        write_foreign(sinks, route, key, field)
+    assert write(sinks, "cache", route, 100, 100, "the pipeline's") == 1
+    assert set(held(sinks, "cache", route)) == {*ids, "100"}  # verify sees every one as a row
+    outcome = delete_extra_rows(sinks, "cache", route, ["id"], [*ids, "100"], lambda: set())
+    assert (outcome.foreign, outcome.deleted, outcome.fenced, outcome.gone) == (6, 1, 0, 0)
+    assert "6 deleted as foreign" in outcome.describe()
+    assert held(sinks, "cache", route) == {}
+
+
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(field=st.binary(max_size=24).filter(lambda b: parsed_version(b) is None))
+def test_any_foreign_version_field_is_deleted_by_repair(sinks: RepairSinks, field: bytes) -> None:
+    route = products_route()
+    write_foreign(sinks, route, 1, field)
+    outcome = delete_extra_rows(sinks, "cache", route, ["id"], ["1"], lambda: set())
+    assert (outcome.foreign, outcome.fenced) == (1, 0)
+    assert held(sinks, "cache", route) == {}
+
+
+def test_a_pipeline_write_landing_on_a_foreign_key_after_the_read_wins(
+    sinks: RepairSinks, route: TableRoute
+) -> None:
+    """The pipeline writes over a foreign key (its version fences nothing); repair, which read
+    the foreign field before, then leaves the key alone."""
+    write_foreign(sinks, route, 1, b"5")
+
+    def postgres_check_then_reinsert_lands() -> set[str]:
+        assert write(sinks, "cache", route, 200, 1, "re-inserted") == 1
+        return set()
+
+    outcome = delete_extra_rows(
+        sinks, "cache", route, ["id"], ["1"], postgres_check_then_reinsert_lands
+    )
+    assert (outcome.foreign, outcome.fenced) == (0, 1)
+    assert held(sinks, "cache", route) == {"1": "re-inserted"}

@@ -10,7 +10,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -157,3 +160,73 @@ def test_a_server_frozen_past_the_horizon_fails_the_write_naming_the_wait(
     assert 3 <= elapsed <= 3 + 3 * ATTEMPT_TIMEOUT + 2
     assert health.status()["search"].state is SinkState.FAILED
     sink.close()
+
+
+# The job's console, as `cdc-sync run` sets it up (quiet, log files in a directory), around one
+# write of the search sink in this process, as the driver writes small batches.
+CONSOLE_SCRIPT = """
+import sys
+from pathlib import Path
+from cdc_sync.core.logs import setup_logging
+from cdc_sync.core.retry import RetryPolicy
+from cdc_sync.sinks.search import SearchSink
+from tests.changes import change, products_route
+from tests.envelopes import product
+
+kind, url, logs, timeout = sys.argv[1], sys.argv[2], Path(sys.argv[3]), float(sys.argv[4])
+setup_logging(verbose=False, directory=logs)
+policy = RetryPolicy(horizon_seconds=60, max_seconds=1.0, attempt_timeout_seconds=timeout)
+sink = SearchSink(kind, url, tombstone_retention_seconds=3600, retry=policy)
+route = products_route()
+sink.ensure_target(route, change(route, "c", 1, 1, product(1)).schema)
+print("ready", flush=True)
+sys.stdin.readline()
+print("applied", sink.apply(route, [change(route, "c", 10, 7, product(7))]).applied, flush=True)
+sink.close()
+"""
+CONSOLE_LINE = re.compile(r"^\d\d:\d\d:\d\d (waiting for sink search|sink search) ")
+
+
+@pytest.mark.parametrize("kind", ["opensearch", "elasticsearch"])
+def test_a_frozen_server_shows_on_the_console_as_the_jobs_own_lines_only(
+    kind: str, server: Started, tmp_path: Path
+) -> None:
+    """Issue 28: each timed-out request printed the client's traceback (urllib3, http.client,
+    socket) or its node-pool line between the job's "waiting for sink" lines. Now the console
+    has the job's lines only; the client's report, traceback and all, is in the log at DEBUG."""
+    logs = tmp_path / "logs"
+    argv = [sys.executable, "-c", CONSOLE_SCRIPT, kind, server.url, str(logs), str(ATTEMPT_TIMEOUT)]
+    child = subprocess.Popen(
+        argv,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    try:
+        assert child.stdin is not None and child.stdout is not None
+        assert child.stdout.readline().strip() == "ready"
+        freeze(server)
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        time.sleep(FREEZE_SECONDS)  # several timed-out attempts
+        resume(server)
+        out, console = child.communicate(timeout=120)
+    finally:
+        resume(server)
+        if child.poll() is None:
+            child.kill()
+    assert out.strip() == "applied 1", console
+    lines = console.splitlines()
+    assert lines and all(CONSOLE_LINE.match(line) for line in lines), console
+    assert "waiting for sink search" in lines[0] and "answered again" in lines[-1]
+    log = (logs / "job.log").read_text()
+    reports = [
+        line
+        for line in log.splitlines()
+        if re.match(r"\S+ \S+ DEBUG (opensearch|elastic_transport)", line)
+    ]
+    assert len(reports) >= 2, log  # one per failed request
+    if kind == "opensearch":
+        assert "Traceback (most recent call last)" in log and "ReadTimeoutError" in log

@@ -17,8 +17,9 @@ from hypothesis import strategies as st
 from cdc_sync.core.errors import ConfigError
 from cdc_sync.core.model import Change, Coordinates, Op, TableId, Truncate, document_id
 from cdc_sync.core.types import Column, ColumnType, RowSchema, TypeKind
+from cdc_sync.documents.comparisons import Comparisons, schema_types
 from cdc_sync.documents.render import render
-from cdc_sync.documents.rows import Row, link_value
+from cdc_sync.documents.rows import Row
 from cdc_sync.documents.sync import DocumentSync
 from cdc_sync.mapping import MappingFile, TableRoute, load_mapping
 from cdc_sync.relations import DocumentSpec, Kind, NestedType
@@ -160,8 +161,9 @@ class MemoryIndex:
 class Tables:
     """The source tables' rows, and a RowSource over them (what verify reads from Postgres)."""
 
-    def __init__(self) -> None:
+    def __init__(self, spec: DocumentSpec) -> None:
         self.data: dict[str, dict[tuple[Any, ...], dict[str, Any]]] = {n: {} for n in COLUMNS}
+        self.comparisons = Comparisons([spec], schema_types(SCHEMAS_BY_TABLE))
 
     def _row(self, table: str, row: dict[str, Any]) -> Row:
         key = tuple((k, row[k]) for k in KEYS[table])
@@ -171,13 +173,10 @@ class Tables:
         found = [self._row(table.table, r) for r in self.data[table.table].values()]
         return [r for r in found if r.id in set(ids)]
 
-    def joined(self, table: TableId, column: str, values: Iterable[str]) -> list[Row]:
-        wanted = set(values)
-        return [
-            self._row(table.table, r)
-            for r in self.data[table.table].values()
-            if link_value(r.get(column)) in wanted
-        ]
+    def joined(self, table: TableId, key: str, values: Iterable[str]) -> list[Row]:
+        (side,) = [s for s in self.comparisons.sides()[table] if s.key == key]
+        rows = [self._row(table.table, r) for r in self.data[table.table].values()]
+        return [row for row in rows if side.value(row) in set(values)]
 
     def expected(self, spec: DocumentSpec) -> dict[str, dict[str, Any]]:
         roots = [
@@ -256,7 +255,7 @@ def test_documents_equal_the_join_of_the_final_rows(
     index = MemoryIndex()
     sync = DocumentSync(mapping, directory / "state.sqlite", index, chunk=chunk)
     sync.ensure_targets(SCHEMAS_BY_TABLE)
-    tables = Tables()
+    tables = Tables(mapping.documents["orders"])
     log = []
     for version, ((table, row), delete) in enumerate(steps, start=1):
         key = tuple(row[k] for k in KEYS[table])
@@ -554,3 +553,58 @@ def test_a_full_batch_of_snapshot_rows_waits_for_the_end_of_the_backlog(tmp_path
     assert set(index.docs) == {"1", "2"} and index.docs["1"]["lines"][0]["quantity"] == 3
     sync.apply([], folded([read("customers", {"id": 1, "name": "b"})]), records=1)  # partial
     assert index.docs["2"]["customer"] == {"id": 1, "name": "b"}
+
+
+class CountingIndex(MemoryIndex):
+    """Records every bulk it takes (the ids of its actions)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bulks: list[list[str]] = []
+
+    def write_documents(self, alias: str, actions: Sequence[BulkAction]) -> WriteResult:
+        self.bulks.append([action.doc_id for action in actions])
+        return super().write_documents(alias, actions)
+
+
+def test_a_document_that_did_not_change_is_not_written_again(tmp_path: Path) -> None:
+    """A re-rendered root whose document is what the index holds costs no write (the search
+    server re-indexes a re-sent document as fully as a changed one); a changed one is written."""
+    mapping = load(tmp_path)
+    index = CountingIndex()
+    sync = DocumentSync(mapping, tmp_path / "state.sqlite", index)
+    sync.ensure_targets(SCHEMAS_BY_TABLE)
+    line = {"order_id": 1, "line_no": 1, "product_id": 2, "qty": 3}
+    sync.apply(
+        [],
+        folded(
+            [
+                change("orders", {"id": 1, "customer_id": 1, "status": "new"}, False, 10),
+                change("lines", line, False, 10),
+                change("products", {"id": 2, "name": "x"}, False, 10),
+            ]
+        ),
+    )
+    assert index.bulks == [["1"]]
+    sync.apply([], folded([change("products", {"id": 2, "name": "x"}, False, 11)]))
+    assert index.bulks == [["1"]]  # rendered again, the same document: not sent
+    assert index.versions["1"] == 10
+    sync.apply([], folded([change("products", {"id": 2, "name": "y"}, False, 12)]))
+    assert index.bulks == [["1"], ["1"]]
+    assert index.docs["1"]["lines"][0]["product"]["name"] == "y"
+    assert index.versions["1"] == 12
+
+
+def test_rendered_chunks_are_written_in_bulks_as_large_as_the_sinks(tmp_path: Path) -> None:
+    """Roots render a chunk at a time (memory), but go to the server in bulks as large as the
+    search sink's: small bulks left the local search server re-indexing for minutes."""
+    mapping = load(tmp_path)
+    index = CountingIndex()
+    sync = DocumentSync(mapping, tmp_path / "state.sqlite", index, chunk=2)
+    sync.ensure_targets(SCHEMAS_BY_TABLE)
+    orders = [
+        change("orders", {"id": n, "customer_id": 1, "status": "new"}, False, 10)
+        for n in range(1, 6)
+    ]
+    sync.apply([], folded(orders))
+    assert [sorted(bulk) for bulk in index.bulks] == [["1", "2", "3", "4", "5"]]

@@ -10,6 +10,8 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from cdc_sync.source import stream_options
@@ -20,6 +22,7 @@ from cdc_sync.source.data_loss import (
     checked_starts,
     find_lost,
     resolve_starts,
+    stale_checkpoint,
 )
 from cdc_sync.source.end_offsets import EARLIEST, LATEST
 from cdc_sync.source.offsets import PartitionRange, from_offset_json, to_offset_json
@@ -43,6 +46,43 @@ def test_offsets_past_the_end_and_below_the_start_are_lost() -> None:
         LostOffset("t", 0, 120, 0, 5),
         LostOffset("t", 1, 12, 40, 90),
     ]
+
+
+def test_a_checkpoint_past_the_ends_or_on_missing_topics_is_stale() -> None:
+    ends = {("t", 0): 5, ("t", 1): 90}
+    processed = {("t", 0): 120, ("t", 1): 90, ("gone", 0): 7, ("other", 0): 3}
+    stale = stale_checkpoint(processed, ends, ["t", "gone"])  # "other": not subscribed now
+    assert stale is not None
+    assert (stale.missing, stale.ahead) == (("gone",), ((("t", 0), 120, 5),))
+    assert stale.describe() == (
+        "it is ahead of the topics' ends (t[0] at offset 120, the broker's end 5): topics "
+        "re-created or the broker reset; it read topics the broker does not have (gone): "
+        "topics deleted or the broker reset"
+    )
+    # At (or below) the ends, on topics the broker has: not stale (below: retention's case).
+    assert stale_checkpoint({("t", 0): 5, ("t", 1): 3}, ends, ["t"]) is None
+
+
+@given(
+    st.dictionaries(
+        st.tuples(st.sampled_from("abc"), st.integers(0, 2)), st.integers(0, 100), max_size=9
+    ),
+    st.dictionaries(
+        st.tuples(st.sampled_from("abc"), st.integers(0, 2)), st.integers(0, 100), max_size=9
+    ),
+)
+def test_stale_names_exactly_the_partitions_past_their_end_and_the_unlisted_topics(
+    processed: dict[tuple[str, int], int], ends: dict[tuple[str, int], int]
+) -> None:
+    stale = stale_checkpoint(processed, ends, ["a", "b", "c"])
+    listed = {topic for topic, _ in ends}
+    ahead = {tp for tp, offset in processed.items() if tp in ends and offset > ends[tp]}
+    missing = {topic for topic, _ in processed} - listed
+    if not ahead and not missing:
+        assert stale is None
+    else:
+        assert stale is not None
+        assert {tp for tp, _, _ in stale.ahead} == ahead and set(stale.missing) == missing
 
 
 def test_partitions_the_broker_does_not_list_are_not_checked() -> None:
@@ -300,3 +340,16 @@ def test_the_driver_reads_a_rebased_partition_from_its_low_watermark_like_the_ta
     assert small._ranges(5) == expected
     tasks = planner.partitions(to_offset_json(begin), to_offset_json(end))
     assert [p.span for p in tasks if isinstance(p, KafkaPartitionRange)] == expected
+
+
+def test_the_cli_prints_one_line_per_stale_consumer(capsys: pytest.CaptureFixture[str]) -> None:
+    from cdc_sync.cli import _guarded
+    from cdc_sync.job.stale_checkpoints import StaleCheckpoints
+
+    def start() -> int:
+        raise StaleCheckpoints(Path("/ck"), ["consumer search: it is ahead", "consumer redis: too"])
+
+    assert _guarded(start) == 2
+    assert (
+        capsys.readouterr().err == "cdc-sync: consumer search: it is ahead\nconsumer redis: too\n"
+    )

@@ -5,13 +5,33 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from cdc_sync.sinks.redis.actions import VERSION_WIDTH, to_actions, version_string
+from cdc_sync.sinks.redis.actions import (
+    VERSION_WIDTH,
+    parsed_version,
+    to_actions,
+    version_string,
+)
 from tests.changes import change, products_route
 from tests.envelopes import UNAVAILABLE, product
 
 pytestmark = pytest.mark.unit
 ROUTE = products_route(prefix="cache")
+
+
+@given(st.integers(min_value=0, max_value=2**64 - 1))
+def test_a_stored_version_reads_back_as_written(version: int) -> None:
+    assert parsed_version(version_string(version)) == version
+    assert parsed_version(version_string(version).encode()) == version
+
+
+@given(st.binary(max_size=30) | st.text(max_size=30))
+def test_only_the_pipelines_20_digits_are_a_version(field: bytes | str) -> None:
+    text = field.decode("latin-1") if isinstance(field, bytes) else field
+    ours = len(text) == VERSION_WIDTH and all(c in "0123456789" for c in text)
+    assert (parsed_version(field) is not None) == ours
 
 
 def test_keys_follow_the_cache_convention() -> None:

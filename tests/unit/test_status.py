@@ -51,7 +51,7 @@ def job(**changes: object) -> JobStatus:
     return replace(status, **changes)  # type: ignore[arg-type]
 
 
-CONSUMER_FIELDS = ("job", "partitions", "watermarks", "job_alive")
+CONSUMER_FIELDS = ("job", "partitions", "watermarks", "job_alive", "stale_checkpoint")
 
 
 def snapshot(**changes: object) -> Snapshot:
@@ -124,6 +124,21 @@ def test_a_few_fresh_records_in_flight_are_healthy() -> None:
         ({"slot": SlotStatus("s", True, False, "reserved")}, "slot s is inactive"),
         ({"slot": SlotStatus("s", True, True, "lost")}, "slot s lost WAL"),
         ({"problems": ("the broker: KafkaException: down",)}, "cannot read the broker"),
+        (
+            {"stale_checkpoint": "checkpoint /ck/search: it is ahead. Start over: `rm -r`"},
+            "search: checkpoint /ck/search: it is ahead. Start over: `rm -r`",
+        ),
+        (
+            {
+                "capture": CaptureStatus(
+                    "embedded", "shop", None, offsets_file="o/shop.offsets", connector_file="c.json"
+                ),
+                "slot": SlotStatus("s", exists=False),
+            },
+            "the capture's stored offsets (o/shop.offsets) belong to replication slot s, which "
+            "does not exist (database re-created, or slot dropped): start over with "
+            "`cdc-sync capture --connector c.json --reset`",
+        ),
     ],
 )
 def test_stopped_names_the_reason(changes: dict[str, object], expected: str) -> None:

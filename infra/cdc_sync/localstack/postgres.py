@@ -11,7 +11,14 @@ from pathlib import Path
 
 import psycopg
 
-from cdc_sync.localstack.process import StackError, Started, free_port, wait_until
+from cdc_sync.localstack.process import (
+    StackError,
+    Started,
+    free_port,
+    log_reason,
+    mark_start,
+    wait_until,
+)
 
 ADMIN_ROLE = "cdc_admin"
 DATABASE = "shop"
@@ -32,13 +39,12 @@ def _as_service_user(argv: list[str]) -> list[str]:
 
 
 def _run(argv: list[str], log: Path) -> None:
+    name = Path(argv[0]).name
+    mark_start(log, name, argv)
     with log.open("ab") as out:
         result = subprocess.run(_as_service_user(argv), stdout=out, stderr=subprocess.STDOUT)
     if result.returncode != 0:
-        tail = log.read_text(errors="replace")[-1500:]
-        raise StackError(
-            f"{Path(argv[0]).name} failed (exit {result.returncode}); log {log}:\n{tail}"
-        )
+        raise StackError(f"{name} failed (exit {result.returncode}): {log_reason(log)}")
 
 
 def cluster_dir(wanted: Path) -> Path:

@@ -1,20 +1,35 @@
-"""Child processes of the local stack: free ports, start with a log file, wait, stop by PID."""
+"""Child processes of the local stack: free ports, start with a log file, wait, stop by PID.
+
+A service that does not come up is named with the line of its log that says why
+(`reason_line`), read from this start's part of the log: each start writes a marker line first,
+as logs are appended to across restarts of a stack directory.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
+import shlex
 import signal
 import socket
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
+
+START_MARK = "--- cdc-sync stack: starting "
+# A line at a failure level, in the formats of the services' logs: log4j (`ERROR`), Postgres
+# (`FATAL:`, `PANIC:`), Go and Rust (`panic:`, `error:`), a Java or Python exception class.
+FAILURE = re.compile(r"\b(ERROR|FATAL|PANIC|CRITICAL)\b|\b(panic|error):|\b\w+(Exception|Error): ")
+REASON_CHARS = 400  # a reason line longer than this is cut (a JVM line can be a whole trace)
 
 
 class StackError(RuntimeError):
-    """A service did not start; the message says which and where its log is."""
+    """A service did not start; the message says which, why (a line of its log) and where its
+    log is."""
 
 
 def free_port() -> int:
@@ -43,6 +58,7 @@ def spawn(
     command = list(argv)
     if user is not None:
         command = ["runuser", "-u", user, "--", *command]
+    mark_start(log, name, command)
     with log.open("ab") as out:
         process = subprocess.Popen(
             command,
@@ -55,7 +71,23 @@ def spawn(
     return process.pid
 
 
-def wait_until(check: Callable[[], bool], what: str, log: Path, timeout: float = 60.0) -> None:
+def mark_start(log: Path, name: str, command: Sequence[str]) -> None:
+    """Open this start's part of `log` (see `reason_line`)."""
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    with log.open("a", encoding="utf-8") as out:
+        out.write(f"{START_MARK}{name} at {now}: {shlex.join(command)}\n")
+
+
+def wait_until(
+    check: Callable[[], bool],
+    what: str,
+    log: Path,
+    timeout: float = 60.0,
+    pid: int | None = None,
+) -> None:
+    """Until `check()` is true. With `pid` (the service's process), a process that ends first
+    fails at once, and one that does not answer in time is stopped: either way the error names
+    the line of its log that says why."""
     deadline = time.monotonic() + timeout
     last_error: Exception | None = None
     while time.monotonic() < deadline:
@@ -64,9 +96,35 @@ def wait_until(check: Callable[[], bool], what: str, log: Path, timeout: float =
                 return
         except Exception as exc:  # not up yet: keep polling
             last_error = exc
+        if pid is not None and not alive(pid):
+            raise StackError(f"{what} exited before it answered: {log_reason(log, last_error)}")
         time.sleep(0.2)
-    tail = log.read_text(errors="replace")[-1500:] if log.exists() else ""
-    raise StackError(f"{what} not ready after {timeout}s ({last_error}); log {log}:\n{tail}")
+    if pid is not None:
+        stop_pid(pid)
+    raise StackError(f"{what} did not answer within {timeout:g} s: {log_reason(log, last_error)}")
+
+
+def log_reason(log: Path, last_error: Exception | None = None) -> str:
+    """Why a service did not come up, from its log (`reason_line`), and where the log is."""
+    text = log.read_text(errors="replace") if log.exists() else ""
+    reason = reason_line(text)
+    if reason is None:
+        reason = f"its log says nothing; last check: {last_error}"
+    return f"{reason} (log {log})"
+
+
+def reason_line(log_text: str) -> str | None:
+    """The line of a service's log that says why it did not come up: the first at a failure
+    level in this start's part of the log (after the last start marker), else its last line
+    (a process that exits says why last: Redis's "Failed listening on port ..., aborting")."""
+    lines = log_text.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith(START_MARK)]
+    own = [line.strip() for line in lines[starts[-1] + 1 if starts else 0 :] if line.strip()]
+    failures = [line for line in own if FAILURE.search(line)]
+    found = failures[0] if failures else own[-1] if own else None
+    if found is None or len(found) <= REASON_CHARS:
+        return found
+    return found[: REASON_CHARS - 3] + "..."
 
 
 def alive(pid: int) -> bool:

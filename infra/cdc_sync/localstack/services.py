@@ -13,7 +13,14 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from cdc_sync.core.kafka_clients import admin_config, consumer_config, producer_config
-from cdc_sync.localstack.process import StackError, Started, free_port, spawn, wait_until
+from cdc_sync.localstack.process import (
+    StackError,
+    Started,
+    free_port,
+    spawn,
+    stop_pid,
+    wait_until,
+)
 
 BROKERS = ("tansu", "noida")
 SELF_CHECK_RECORDS = 25
@@ -63,8 +70,12 @@ def start_broker(root: Path, flavor: str) -> Started:
     pid = spawn(flavor, argv, log)
     started = Started(flavor, pid, bootstrap, log)
     admin = AdminClient(admin_config(bootstrap) | {"log_level": 0})  # quiet while it boots
-    wait_until(lambda: admin.list_topics(timeout=2).brokers is not None, flavor, log)
-    check_end_offsets(bootstrap, flavor)
+    wait_until(lambda: admin.list_topics(timeout=2).brokers is not None, flavor, log, pid=pid)
+    try:
+        check_end_offsets(bootstrap, flavor)
+    except BaseException:
+        stop_pid(pid)  # not handed to the caller: nobody else would stop it
+        raise
     return started
 
 
@@ -106,15 +117,18 @@ def start_search(root: Path) -> Started:
     ]
     pid = spawn("search", argv, log)
     url = f"http://127.0.0.1:{port}"
-    wait_until(lambda: urllib.request.urlopen(url, timeout=2).status == 200, "osmem-server", log)
+    wait_until(
+        lambda: urllib.request.urlopen(url, timeout=2).status == 200, "osmem-server", log, pid=pid
+    )
     return Started("search", pid, url, log)
 
 
-def start_redis(root: Path) -> Started:
+def start_redis(root: Path, port: int | None = None) -> Started:
+    """Redis on `port` (default: a free loopback port)."""
     binary = shutil.which("redis-server")
     if binary is None:
         raise StackError("redis-server not found (run `make bootstrap`)")
-    port = free_port()
+    port = port or free_port()
     log = root / "redis.log"
     argv = [
         binary,
@@ -143,5 +157,5 @@ def start_redis(root: Path) -> Started:
         finally:
             client.close()
 
-    wait_until(answers, "redis-server", log)
+    wait_until(answers, "redis-server", log, pid=pid)
     return Started("redis", pid, url, log)

@@ -20,6 +20,11 @@ from cdc_sync.core.settings import state_dir
 CONSOLE = "cdc_sync.console"  # the logger of lines meant for the console
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 NOISY = ("py4j", "urllib3", "elastic_transport", "opensearch")
+# Client libraries that report each failed request themselves: opensearch-py a WARNING with the
+# whole traceback (urllib3, http.client, socket), elastic-transport a WARNING per failure. The
+# job says the same once, in its own line ("waiting for sink search ... retrying until"), and
+# decides what is transient; so their reports go to the log file only, at DEBUG.
+CLIENT_REPORTS = ("urllib3", "elastic_transport", "opensearch", "elasticsearch")
 
 
 @dataclass(frozen=True)
@@ -58,6 +63,34 @@ def _console_filter(record: logging.LogRecord) -> bool:
     return record.levelno >= logging.WARNING or record.name == CONSOLE
 
 
+def _demote_client_reports(record: logging.LogRecord) -> bool:
+    """A client library's report below ERROR becomes DEBUG (see CLIENT_REPORTS). A handler
+    filter: a logger's own filter would miss its children's records (`opensearch.trace`)."""
+    if record.levelno < logging.ERROR and record.name.split(".", 1)[0] in CLIENT_REPORTS:
+        record.levelno, record.levelname = logging.DEBUG, logging.getLevelName(logging.DEBUG)
+    return True
+
+
+class OneLineFormatter(logging.Formatter):
+    """The quiet console's lines: time and message, and an exception as its class and first
+    line only: its traceback is in the log file, which every record reaches too."""
+
+    def __init__(self, log_file: Path) -> None:
+        super().__init__("%(asctime)s %(message)s", "%H:%M:%S")
+        self.log_file = log_file
+
+    def format(self, record: logging.LogRecord) -> str:
+        record.message = record.getMessage()
+        record.asctime = self.formatTime(record, self.datefmt)
+        line = self.formatMessage(record)
+        error = record.exc_info[1] if record.exc_info else None
+        if error is not None:
+            text = str(error).strip()
+            first = text.splitlines()[0] if text else ""
+            line += f" ({type(error).__name__}: {first}; traceback in {self.log_file})"
+        return line
+
+
 def setup_logging(verbose: bool, directory: Path | None = None) -> LogSettings:
     """Console handler (quiet unless `verbose`) and, with `directory`, the job log file."""
     global _settings
@@ -66,10 +99,14 @@ def setup_logging(verbose: bool, directory: Path | None = None) -> LogSettings:
         root.removeHandler(handler)
     root.setLevel(logging.DEBUG if verbose else logging.INFO)
     console = ConsoleHandler()
+    console.addFilter(_demote_client_reports)
     if verbose:
         console.setFormatter(logging.Formatter(FORMAT))
     else:
-        console.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
+        if directory is not None:
+            console.setFormatter(OneLineFormatter(directory / "job.log"))
+        else:  # no log file to hold a traceback: the console keeps it
+            console.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
         console.addFilter(_console_filter)
     root.addHandler(console)
     if directory is not None:
@@ -78,6 +115,7 @@ def setup_logging(verbose: bool, directory: Path | None = None) -> LogSettings:
             directory / "job.log", maxBytes=20 * 1024 * 1024, backupCount=3
         )
         file.setFormatter(logging.Formatter(FORMAT))
+        file.addFilter(_demote_client_reports)
         root.addHandler(file)
     for noisy in NOISY:
         logging.getLogger(noisy).setLevel(logging.WARNING)

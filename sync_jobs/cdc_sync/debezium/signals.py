@@ -70,13 +70,26 @@ def request_snapshot(
 ) -> str:
     """Insert an `execute-snapshot` signal for `tables` (schema.table), narrowed by
     `conditions` (table -> SQL filter, see `key_filters`); returns its id."""
-    table = signal_table(config)
     data = snapshot_signal_data(tables, conditions)
     if len(data) > SIGNAL_DATA_CHARS:
         raise ValueError(
             f"snapshot signal of {len(data)} characters exceeds the signal table's "
             f"{SIGNAL_DATA_CHARS}: split the filters (key_filters with a smaller budget)"
         )
+    return _signal(conn, config, "snapshot", "execute-snapshot", data)
+
+
+def request_log(conn: psycopg.Connection[Any], config: Mapping[str, str], message: str) -> str:
+    """Insert a `log` signal (Debezium logs `message`; its transaction is streamed like any
+    captured table's); returns its id."""
+    return _signal(conn, config, "log", "log", json.dumps({"message": message}))
+
+
+def _signal(
+    conn: psycopg.Connection[Any], config: Mapping[str, str], prefix: str, kind: str, data: str
+) -> str:
+    """Insert a signal of type `kind` (id `<prefix>-<uuid>`) into the connector's table."""
+    table = signal_table(config)
     found = signal_table_id(table)
     if found is None:
         raise ConfigError(
@@ -86,10 +99,10 @@ def request_snapshot(
         )
     name = sql.Identifier(found.schema, found.table)
     conn.execute(sql.SQL(SIGNAL_TABLE_DDL).format(table=name))
-    signal_id = f"snapshot-{uuid.uuid4()}"
+    signal_id = f"{prefix}-{uuid.uuid4()}"
     conn.execute(
-        sql.SQL("INSERT INTO {} (id, type, data) VALUES (%s, 'execute-snapshot', %s)").format(name),
-        (signal_id, data),
+        sql.SQL("INSERT INTO {} (id, type, data) VALUES (%s, %s, %s)").format(name),
+        (signal_id, kind, data),
     )
     return signal_id
 

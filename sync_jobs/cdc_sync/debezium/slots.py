@@ -38,3 +38,26 @@ def list_slots(conn: psycopg.Connection[Any], database: str | None = None) -> li
     else:
         cursor = conn.execute(f"{_QUERY} WHERE database = %s ORDER BY slot_name", (database,))
     return [Slot(*row) for row in cursor.fetchall()]
+
+
+@dataclass(frozen=True)
+class SlotPosition:
+    """A slot's place in the server's WAL, as integers (LSNs)."""
+
+    exists: bool
+    restart_lsn: int | None  # the oldest WAL the slot keeps; None without the slot
+    current_lsn: int  # pg_current_wal_lsn()
+
+
+def slot_position(conn: psycopg.Connection[Any], name: str) -> SlotPosition:
+    """Where slot `name` stands against the server's WAL (`exists` False when there is none)."""
+    row = conn.execute(
+        "SELECT s.slot_name IS NOT NULL, "
+        "pg_wal_lsn_diff(s.restart_lsn, '0/0')::numeric, "
+        "pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::numeric "
+        "FROM (SELECT 1) AS one LEFT JOIN pg_replication_slots AS s ON s.slot_name = %s",
+        (name,),
+    ).fetchone()
+    assert row is not None  # the outer side is one row
+    exists, restart, current = row
+    return SlotPosition(bool(exists), None if restart is None else int(restart), int(current))

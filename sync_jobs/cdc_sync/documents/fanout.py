@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from cdc_sync.core.model import TableId
-from cdc_sync.documents.rows import Row, RowSource, values_of
+from cdc_sync.documents.comparisons import Pair
+from cdc_sync.documents.rows import Row, RowSource
 from cdc_sync.documents.state import Changed
 from cdc_sync.relations import DocumentSpec, Level, Relation
 
@@ -55,20 +56,20 @@ def _parents(
     via: Relation, parent: TableId, children: Sequence[Row], source: RowSource
 ) -> list[Row]:
     """The rows of `parent` that `children` are nested in through `via`."""
-    join_column, child_column = via.on[0]
-    values = values_of(children, child_column)
-    if not values:
-        return []
-    if via.through is None:
-        return source.joined(parent, join_column, values)
-    joins = source.joined(via.through.table, join_column, values)
-    return _through_parents(via, parent, joins, source)
+    upper = parent if via.through is None else via.through.table
+    found = _up(source.comparisons.pairs(upper, via.table, via.on), children, source)
+    return found if via.through is None else _through_parents(via, parent, found, source)
 
 
 def _through_parents(
     via: Relation, parent: TableId, joins: Sequence[Row], source: RowSource
 ) -> list[Row]:
     assert via.through is not None
-    parent_column, join_column = via.through.on[0]
-    values = values_of(joins, join_column)
-    return source.joined(parent, parent_column, values) if values else []
+    return _up(source.comparisons.pairs(parent, via.through.table, via.through.on), joins, source)
+
+
+def _up(pairs: Sequence[Pair], children: Sequence[Row], source: RowSource) -> list[Row]:
+    """The parent rows joining any of `children` on the first of `pairs`."""
+    first = pairs[0]
+    values = {v for v in (first.child.value(row) for row in children) if v is not None}
+    return source.joined(first.parent.table, first.parent.key, values) if values else []

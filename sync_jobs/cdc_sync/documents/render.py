@@ -1,9 +1,10 @@
 """Documents from rows: one per root row, related rows nested, in bulk (no I/O of its own).
 
 Each relation is fetched once for all the parents of a chunk (`RowSource.joined`: one lookup per
-relation and chunk, never one per root), matched to its parents in memory, and rendered in turn.
-The job renders from its state (`documents.state`), verify from Postgres (`verify.documents`):
-the same function, so a difference is a difference in rows, never in rendering.
+relation and chunk, never one per root), matched to its parents in memory on every join pair,
+and rendered in turn. Rows join and arrays sort as Postgres compares the columns' types
+(`comparisons`). The job renders from its state (`documents.state`); verify computes the same
+documents in Postgres itself (`verify.documents`), so a rule the two shared could not hide.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from cdc_sync.core.model import TableId
-from cdc_sync.documents.rows import Row, RowSource, link_value, sort_key, values_of
+from cdc_sync.documents.comparisons import Pair
+from cdc_sync.documents.rows import Row, RowSource
 from cdc_sync.relations import Kind, Level, Relation
 
 
@@ -21,7 +23,7 @@ def render(level: Level, rows: Sequence[Row], source: RowSource) -> dict[str, di
     """doc id -> the document of each row of `level` (its projection, relations nested)."""
     documents = {row.id: level.project(row.doc) for row in rows}
     for relation in level.relations:
-        children = related(relation, rows, source)
+        children = related(level.table, relation, rows, source)
         unique = {row.id: row for found in children.values() for row in found}
         rendered = render(relation, list(unique.values()), source)
         for row in rows:
@@ -33,57 +35,56 @@ def render(level: Level, rows: Sequence[Row], source: RowSource) -> dict[str, di
     return documents
 
 
-def related(relation: Relation, parents: Sequence[Row], source: RowSource) -> dict[str, list[Row]]:
+def related(
+    parent: TableId, relation: Relation, parents: Sequence[Row], source: RowSource
+) -> dict[str, list[Row]]:
     """Parent doc id -> its related rows, in the relation's order."""
     if not parents:
         return {}
+    compare = source.comparisons
     if relation.through is None:
-        children = _index(_joined(source, relation.table, parents, relation.on), relation.on)
-        found = {p.id: children.get(_link(p, relation.on, 0), []) for p in parents}
+        pairs = compare.pairs(parent, relation.table, relation.on)
+        children = _index(_joined(source, relation.table, parents, pairs), pairs)
+        found = {p.id: children.get(_parent_link(p, pairs), []) for p in parents}
     else:
         through = relation.through
-        joins = _joined(source, through.table, parents, through.on)
-        by_link = _index(joins, through.on)
-        children = _index(_joined(source, relation.table, joins, relation.on), relation.on)
+        hop = compare.pairs(parent, through.table, through.on)
+        joins = _joined(source, through.table, parents, hop)
+        by_link = _index(joins, hop)
+        pairs = compare.pairs(through.table, relation.table, relation.on)
+        children = _index(_joined(source, relation.table, joins, pairs), pairs)
         found = {
             p.id: [
                 child
-                for join in by_link.get(_link(p, through.on, 0), [])
-                for child in children.get(_link(join, relation.on, 0), [])
+                for join in by_link.get(_parent_link(p, hop), [])
+                for child in children.get(_parent_link(join, pairs), [])
             ]
             for p in parents
         }
-    return {pid: _ordered(relation, rows) for pid, rows in found.items()}
+    order = compare.order(relation.table, relation.order_by)
+    return {pid: sorted(rows, key=order) for pid, rows in found.items()}
 
 
 def _joined(
-    source: RowSource, table: TableId, parents: Sequence[Row], on: Sequence[tuple[str, str]]
+    source: RowSource, table: TableId, parents: Sequence[Row], pairs: Sequence[Pair]
 ) -> list[Row]:
     """The rows of `table` joining any of `parents` on the first pair (all pairs: `_index`)."""
-    parent_column, child_column = on[0]
-    values = values_of(parents, parent_column)
-    return source.joined(table, child_column, values) if values else []
+    first = pairs[0]
+    values = {v for v in (first.parent.value(p) for p in parents) if v is not None}
+    return source.joined(table, first.child.key, values) if values else []
 
 
-def _link(row: Row, on: Sequence[tuple[str, str]], side: int) -> tuple[str | None, ...] | None:
-    """The row's join values (side 0: the parent's columns, 1: the child's); None if any is
-    null (SQL: a null joins nothing)."""
-    values = tuple(link_value(row.doc.get(pair[side])) for pair in on)
-    return None if any(v is None for v in values) else values
+def _parent_link(row: Row, pairs: Sequence[Pair]) -> tuple[str | None, ...] | None:
+    """The parent row's join values; None if any is null (SQL: a null joins nothing)."""
+    values = tuple(pair.parent.value(row) for pair in pairs)
+    return None if None in values else values
 
 
-def _index(rows: Sequence[Row], on: Sequence[tuple[str, str]]) -> dict[Any, list[Row]]:
+def _index(rows: Sequence[Row], pairs: Sequence[Pair]) -> dict[Any, list[Row]]:
     """Rows by their join values (child side), in a dict: matching is one lookup per parent."""
     grouped: dict[Any, list[Row]] = defaultdict(list)
     for row in rows:
-        link = _link(row, on, 1)
-        if link is not None:
-            grouped[link].append(row)
+        values = tuple(pair.child.value(row) for pair in pairs)
+        if None not in values:
+            grouped[values].append(row)
     return grouped
-
-
-def _ordered(relation: Relation, rows: list[Row]) -> list[Row]:
-    def order(row: Row) -> tuple[Any, ...]:
-        return (sort_key(row.doc.get(c) for c in relation.order_by), sort_key(row.key), row.id)
-
-    return sorted(rows, key=order)

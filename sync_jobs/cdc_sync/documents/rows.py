@@ -1,8 +1,8 @@
-"""Rows as documents hold them: JSON values keyed by doc id, and how rows join and sort.
+"""Rows as documents hold them: JSON values keyed by doc id, and where a renderer reads them.
 
 A row is kept as the JSON the flat search index would hold for it (`sinks.documents`), so a
-nested field equals its flat twin. Rows join on their columns' JSON values (`link_value`): a
-foreign key and the key it names encode alike when their types agree, as Postgres requires.
+nested field equals its flat twin. How rows join and sort is Postgres's rule for the columns'
+types (`comparisons`), not their JSON's.
 """
 
 from __future__ import annotations
@@ -10,75 +10,37 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from cdc_sync.core.model import TableId
+
+if TYPE_CHECKING:
+    from cdc_sync.documents.comparisons import Comparisons
 
 
 @dataclass(frozen=True)
 class Row:
     id: str  # the doc id of the row's primary key (core.model.document_id)
-    key: tuple[Any, ...]  # its primary-key values (JSON), in key order: arrays sort by it
+    key: tuple[Any, ...]  # its primary-key values (JSON), in key order
     doc: Mapping[str, Any]  # every column, JSON values
 
 
 class RowSource(Protocol):
-    """Where a renderer reads rows: the job's state, or Postgres for verify."""
+    """Where a renderer reads rows (the job's state), and how its join index encodes them."""
+
+    @property
+    def comparisons(self) -> Comparisons:
+        """The join pairs and array orders the source's join index was built for."""
+        ...
 
     def rows(self, table: TableId, ids: Sequence[str]) -> list[Row]:
         """The rows of `table` with these doc ids (absent ones left out)."""
         ...
 
-    def joined(self, table: TableId, column: str, values: Iterable[str]) -> list[Row]:
-        """The rows of `table` whose `column` has one of these `link_value`s."""
+    def joined(self, table: TableId, key: str, values: Iterable[str]) -> list[Row]:
+        """The rows of `table` with one of these join values under `key` (a join side's
+        `comparisons.Side.key`: its column and rule)."""
         ...
-
-
-def link_value(value: Any) -> str | None:
-    """A column's JSON value as the text rows join on; None (SQL NULL) joins nothing. Tagged by
-    kind, so 1 and "1" differ as they do in JSON; integers and strings (nearly every key) skip
-    the JSON encoder, which a fan-out calls for every join value of every row."""
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        return "b:1" if value else "b:0"
-    if isinstance(value, int):
-        return f"i:{value}"
-    if isinstance(value, str):
-        return f"s:{value}"
-    return "j:" + json.dumps(value, sort_keys=True, separators=(",", ":"))
-
-
-def row_links(row: Row, columns: Iterable[str]) -> list[tuple[str, str]]:
-    """(column, link value) of the row's join columns that are not null."""
-    out = []
-    for column in columns:
-        value = link_value(row.doc.get(column))
-        if value is not None:
-            out.append((column, value))
-    return out
-
-
-def sort_key(values: Iterable[Any]) -> tuple[tuple[int, Any], ...]:
-    """A total order over JSON values (arrays' order; alike wherever documents render)."""
-    ranked: list[tuple[int, Any]] = []
-    for value in values:
-        if value is None:
-            ranked.append((0, 0))
-        elif isinstance(value, bool):
-            ranked.append((1, int(value)))
-        elif isinstance(value, int | float):
-            ranked.append((2, value))
-        elif isinstance(value, str):
-            ranked.append((3, value))
-        else:
-            ranked.append((4, link_value(value)))
-    return tuple(ranked)
-
-
-def values_of(rows: Iterable[Row], column: str) -> set[str]:
-    found = (link_value(row.doc.get(column)) for row in rows)
-    return {value for value in found if value is not None}
 
 
 def json_object(text: str) -> dict[str, Any]:

@@ -3,8 +3,9 @@
 A SQLite file beside the checkpoint (`<checkpoint>/documents/state.sqlite`): one row per key of
 each document table (its JSON, version), the deleted keys (a SHA-256 of the key and the delete's
 version, so a stale change cannot bring the row back, and the key itself is not kept), the join
-values of the columns relations join on (indexed: finding a parent's
-children or a child's parents is one indexed lookup per relation), the roots a batch still has to
+values of the columns relations join on, each encoded by its pair's rule (`equality`: equal text
+where Postgres's `=` holds; indexed: finding a parent's children or a child's parents is one
+indexed lookup per relation), the roots a batch still has to
 render (`pending`, written in the batch's transaction, cleared once the search server holds
 them: a crash in between renders them again) and the version documents are written at.
 
@@ -30,11 +31,13 @@ from pathlib import Path
 from typing import Any
 
 from cdc_sync.core.model import TableId, id_digest
-from cdc_sync.documents.rows import Row, dumps, json_object, row_links
+from cdc_sync.documents.comparisons import Comparisons, Side, TableTypes
+from cdc_sync.documents.rows import Row, dumps, json_object
 from cdc_sync.relations import DocumentSpec
 
-# Bumped when `rows.link_value` changes: the stored join values are indexed again at open.
-LINK_ENCODING = "link-encoding-2"
+# Bumped when join values encode otherwise (`equality.link_text`): the stored rows' join values
+# are indexed again. 3: each pair's join values compared as Postgres's `=` compares its types.
+LINK_ENCODING = "link-encoding-3"
 # Values per IN (...) list: under SQLite's variable limit, and a bounded statement.
 _CHUNK = 500
 
@@ -58,6 +61,10 @@ CREATE TABLE IF NOT EXISTS matching (doc TEXT NOT NULL, id TEXT NOT NULL,
 CREATE TABLE IF NOT EXISTS pending (doc TEXT NOT NULL, id TEXT NOT NULL,
     PRIMARY KEY (doc, id)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+-- Per document and root: a digest of the document the index holds (written by this state), so
+-- a render whose document did not change is not written again (`written`).
+CREATE TABLE IF NOT EXISTS written (doc TEXT NOT NULL, id TEXT NOT NULL, digest BLOB NOT NULL,
+    PRIMARY KEY (doc, id)) WITHOUT ROWID;
 """
 
 
@@ -129,25 +136,6 @@ class Changed:
         self.ids |= other.ids
 
 
-def join_columns(specs: Iterable[DocumentSpec]) -> dict[TableId, frozenset[str]]:
-    """Per table, the columns any relation joins on (both sides): they are indexed."""
-    found: dict[TableId, set[str]] = {}
-    for spec in specs:
-        for _, via, parent in spec.walk():
-            if via is None or parent is None:
-                continue
-            if via.through is None:
-                found.setdefault(parent.table, set()).update(p for p, _ in via.on)
-                found.setdefault(via.table, set()).update(c for _, c in via.on)
-            else:
-                found.setdefault(parent.table, set()).update(p for p, _ in via.through.on)
-                joined = found.setdefault(via.through.table, set())
-                joined.update(c for _, c in via.through.on)
-                joined.update(p for p, _ in via.on)
-                found.setdefault(via.table, set()).update(c for _, c in via.on)
-    return {table: frozenset(columns) for table, columns in found.items()}
-
-
 class DocumentState:
     def __init__(self, path: Path, specs: Iterable[DocumentSpec]) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -158,15 +146,22 @@ class DocumentState:
         self.conn.execute("PRAGMA secure_delete=ON")  # deleted rows' bytes are zeroed
         self.conn.executescript(_SCHEMA)
         specs = list(specs)
-        self.columns = join_columns(specs)
+        self.comparisons = Comparisons(specs)
+        self._sides: dict[TableId, list[Side]] | None = None  # indexed join sides, once checked
         # Table name -> the documents rooted at it (their `matching` roots go with a delete).
         self.rooted: dict[str, list[str]] = {}
         for spec in specs:
             self.rooted.setdefault(str(spec.table), []).append(spec.name)
         with self.transaction():
-            self._reindex_changed_columns()
             self._digest_deleted_keys()
         self.forget_freed()
+
+    def use_types(self, types: Mapping[TableId, TableTypes]) -> None:
+        """Join and sort by these column types (the catalog's, at start): join values encoded
+        otherwise than the state holds them are indexed again."""
+        self.comparisons = Comparisons(self.comparisons.specs, types)
+        self._sides = None
+        self._links()
 
     def close(self) -> None:
         self.conn.close()
@@ -187,7 +182,7 @@ class DocumentState:
         query = "SELECT id, key, doc FROM rows WHERE tbl = ? AND doc IS NOT NULL AND id IN ({})"
         return [_row(*found) for found in self._select_in(query, [str(table)], ids)]
 
-    def joined(self, table: TableId, column: str, values: Iterable[str]) -> list[Row]:
+    def joined(self, table: TableId, key: str, values: Iterable[str]) -> list[Row]:
         # CROSS JOIN fixes the loop order: the links' index first, then each row by its key
         # (left to itself the planner walked every row of the table instead).
         query = (
@@ -195,7 +190,8 @@ class DocumentState:
             "ON r.tbl = l.tbl AND r.id = l.id "
             "WHERE l.tbl = ? AND l.col = ? AND l.val IN ({}) AND r.doc IS NOT NULL"
         )
-        return [_row(*found) for found in self._select_in(query, [str(table), column], values)]
+        self._links()
+        return [_row(*found) for found in self._select_in(query, [str(table), key], values)]
 
     def present_ids(self, table: TableId, limit: int) -> Iterator[list[str]]:
         """The doc ids of the table's present rows, in chunks of `limit`, in id order (a
@@ -286,6 +282,30 @@ class DocumentState:
         """Every pending root of `doc` is in the search server now."""
         with self.transaction():
             self.conn.execute("DELETE FROM pending WHERE doc = ?", [doc])
+
+    def written(self, doc: str, ids: Sequence[str]) -> dict[str, bytes]:
+        """The digests of the documents of these roots the index holds (as this state wrote
+        them)."""
+        query = "SELECT id, digest FROM written WHERE doc = ? AND id IN ({})"
+        return {ident: bytes(digest) for ident, digest in self._select_in(query, [doc], ids)}
+
+    def record_written(
+        self, doc: str, digests: Mapping[str, bytes], deleted: Iterable[str] = ()
+    ) -> None:
+        """The index now holds these documents (by digest), and not those of `deleted`."""
+        with self.transaction():
+            self.conn.executemany(
+                "INSERT OR REPLACE INTO written VALUES (?, ?, ?)",
+                [(doc, ident, digest) for ident, digest in digests.items()],
+            )
+            self.conn.executemany(
+                "DELETE FROM written WHERE doc = ? AND id = ?", _pairs(doc, deleted)
+            )
+
+    def forget_written(self, doc: str) -> None:
+        """A new index is built for `doc`: nothing in it yet."""
+        with self.transaction():
+            self.conn.execute("DELETE FROM written WHERE doc = ?", [doc])
 
     def record_batch(self, batch_id: int, checkpoint: str | None) -> None:
         """The batch this transaction applies, and the query id of its checkpoint."""
@@ -398,22 +418,37 @@ class DocumentState:
             last = page[-1]
 
     def _link(self, table: TableId, rows: Sequence[Row]) -> None:
-        name, columns = str(table), sorted(self.columns.get(table, frozenset()))
+        """Index the rows' join values: per join side of the table (a column and its pair's
+        rule), the value's text under that rule (`links.col` holds the side's key)."""
+        name, sides = str(table), self._links().get(table, [])
+        found = ((side.key, side.value(row), row.id) for row in rows for side in sides)
         self.conn.executemany(
             "INSERT OR IGNORE INTO links VALUES (?, ?, ?, ?)",
-            [
-                (name, column, value, row.id)
-                for row in rows
-                for column, value in row_links(row, columns)
-            ],
+            [(name, key, value, ident) for key, value, ident in found if value is not None],
         )
 
-    def _reindex_changed_columns(self) -> None:
-        """A mapping that joins on other columns than the state was indexed for: index them."""
-        # With the link encoding's version: a new encoding re-indexes every table.
-        wanted = {str(t): [LINK_ENCODING, *sorted(c)] for t, c in self.columns.items()}
+    def _links(self) -> dict[TableId, list[Side]]:
+        """The join sides indexed, checked against what the state was indexed for once: a
+        mapping that joins other columns, or a type or rule that encodes them otherwise, has
+        its tables' join values indexed again."""
+        if self._sides is not None:
+            return self._sides
+        self._sides = sides = self.comparisons.sides()
+        if self.conn.in_transaction:
+            self._reindex(sides)
+        else:
+            with self.transaction():
+                self._reindex(sides)
+        return sides
+
+    def _reindex(self, sides: Mapping[TableId, Sequence[Side]]) -> None:
+        # With the encoding's version: a new encoding indexes every table again.
+        wanted = {
+            str(t): [LINK_ENCODING, *(f"{s.key}:{s.type}" for s in found)]
+            for t, found in sides.items()
+        }
         indexed = json.loads(self.meta("links") or "{}")
-        for table in self.columns:
+        for table in sides:
             if indexed.get(str(table)) == wanted[str(table)]:
                 continue
             self.conn.execute("DELETE FROM links WHERE tbl = ?", [str(table)])

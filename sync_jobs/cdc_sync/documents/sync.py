@@ -20,9 +20,11 @@ roots they reach (the pending roots themselves wait in the state, not in memory)
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -39,6 +41,7 @@ from cdc_sync.documents.builds import (
     snapshot_rows_only,
 )
 from cdc_sync.documents.checkpoint import state_fits_checkpoint
+from cdc_sync.documents.comparisons import TableTypes, schema_types
 from cdc_sync.documents.fanout import affected_roots
 from cdc_sync.documents.render import render
 from cdc_sync.documents.rows import Row
@@ -51,6 +54,7 @@ from cdc_sync.shape.changes import filter_flags
 from cdc_sync.sinks.base import WriteResult
 from cdc_sync.sinks.documents import json_document
 from cdc_sync.sinks.search.actions import BulkAction
+from cdc_sync.sinks.search.client import BULK_CHUNK
 from cdc_sync.source.checkpoint import query_id
 
 log = logging.getLogger(__name__)
@@ -60,7 +64,7 @@ STATE_FILE = "state.sqlite"  # in the document consumer's checkpoint (job.consum
 # The key of a table's full, filled changes among a write's deferred changes
 # (job.write.table_writes).
 DOCUMENTS_DEFERRED = "documents"
-CHUNK = 1000  # roots rendered and written per bulk request
+CHUNK = 1000  # roots rendered at once (memory); their writes are gathered into larger bulks
 
 
 class DocumentWriter(Protocol):
@@ -143,11 +147,17 @@ class DocumentSync:
             checkpoint=checkpoint,
         )
 
-    def ensure_targets(self, schemas: Mapping[TableId, RowSchema]) -> None:
+    def ensure_targets(
+        self,
+        schemas: Mapping[TableId, RowSchema],
+        types: Mapping[TableId, TableTypes] | None = None,
+    ) -> None:
         """Each document index, before the stream starts, made, built anew or its build
         resumed as `builds.planned` decides (`schemas`: the document tables', from the
         catalog: the index mapping's field types, the filter's column types). A state that does
-        not belong to the checkpoint is refused first (`StateMisfit`)."""
+        not belong to the checkpoint is refused first (`StateMisfit`). Rows join and sort by
+        the columns' Postgres `types` (`comparisons.catalog_types`; without them, as their
+        kinds in `schemas` suggest)."""
         if self.checkpoint is not None:
             reason = state_fits_checkpoint(self.checkpoint, self.state.path)
             if reason is not None:
@@ -156,6 +166,7 @@ class DocumentSync:
                     "documents from it: start them on a new checkpoint, which rebuilds them "
                     "from the topics behind their alias"
                 )
+        self.state.use_types({**schema_types(schemas), **(types or {})})
         for name, spec in self.specs.items():
             route = document_route(spec, schemas, self.mapping.policies_for(spec.table))
             written = fingerprint(spec, route)
@@ -194,25 +205,30 @@ class DocumentSync:
         total = self.state.count(spec.table)
         started, done = time.monotonic(), 0
         version = self.state.version()
-        for chunk in self.state.present_ids(spec.table, self.chunk):
-            if spec.filter is not None:
-                self._filter_state(name, spec, root, self.state.rows(spec.table, chunk))
-            actions = self._actions(name, spec, chunk, version)
-            written = self.search.write_documents(index, [a for a in actions if a.op == "index"])
-            if written.failures:
-                first = written.failures[0]
-                raise RuntimeError(
-                    f"building {index}: the search server refused {len(written.failures)} "
-                    f"document(s) ({first.error_class}: {first.message})"
+        self.state.forget_written(name)  # the new index holds nothing yet
+
+        def rendered() -> Iterator[list[BulkAction]]:
+            nonlocal done
+            for chunk in self.state.present_ids(spec.table, self.chunk):
+                if spec.filter is not None:
+                    self._filter_state(name, spec, root, self.state.rows(spec.table, chunk))
+                yield [a for a in self._actions(name, spec, chunk, version) if a.op == "index"]
+                done += len(chunk)
+                console.info(
+                    "documents %s: built %d/%d roots into %s (%.0f/s)",
+                    name,
+                    done,
+                    total,
+                    index,
+                    done / max(time.monotonic() - started, 1e-6),
                 )
-            done += len(chunk)
-            console.info(
-                "documents %s: built %d/%d roots into %s (%.0f/s)",
-                name,
-                done,
-                total,
-                index,
-                done / max(time.monotonic() - started, 1e-6),
+
+        written, _ = self._write(name, index, rendered())
+        if written.failures:
+            first = written.failures[0]
+            raise RuntimeError(
+                f"building {index}: the search server refused {len(written.failures)} "
+                f"document(s) ({first.error_class}: {first.message})"
             )
         self.state.rendered(name)  # everything pending is in the new index now
         if promote:
@@ -334,13 +350,64 @@ class DocumentSync:
         for name, spec in self.specs.items():
             # Into the index being built behind the alias, if there is one.
             target = self.state.meta(building_key(name)) or spec.index
-            for chunk in self.state.pending(name, self.chunk):
-                actions = self._actions(name, spec, chunk, version)
-                written = self.search.write_documents(target, actions)
-                result.writes[name] = result.writes.get(name, WriteResult()).merge(written)
-                result.rendered += len(actions)
+            chunks = (
+                self._actions(name, spec, chunk, version)
+                for chunk in self.state.pending(name, self.chunk)
+            )
+            written, sent = self._write(name, target, chunks)
+            result.writes[name] = result.writes.get(name, WriteResult()).merge(written)
+            result.rendered += sent
             self.state.rendered(name)
         return result
+
+    def _write(
+        self, name: str, target: str, chunks: Iterable[Sequence[BulkAction]]
+    ) -> tuple[WriteResult, int]:
+        """The rendered chunks' actions, written in bulks as large as the search sink's
+        (`BULK_CHUNK`), leaving out documents the index already holds as rendered: what was
+        written, and how many actions were sent. (Writes of 1,000 documents a bulk, the render
+        chunk, left the local search server re-indexing for a minute and more afterwards, while
+        bulks of 2,000 or more did not: benchmarks/probe_document_pattern.py.)"""
+        result, sent, gathered = WriteResult(), 0, list[tuple[BulkAction, bytes | None]]()
+        for actions in chunks:
+            gathered += self._changed(name, actions)
+            if len(gathered) >= BULK_CHUNK:
+                result = result.merge(self._send(name, target, gathered))
+                sent, gathered = sent + len(gathered), []
+        if gathered:
+            result = result.merge(self._send(name, target, gathered))
+            sent += len(gathered)
+        return result, sent
+
+    def _changed(
+        self, name: str, actions: Sequence[BulkAction]
+    ) -> list[tuple[BulkAction, bytes | None]]:
+        """The actions with their documents' digests, without the documents the index holds
+        already as rendered now (a root re-rendered by a change that does not show in it)."""
+        digests = {a.doc_id: _digest(a.document) for a in actions if a.document is not None}
+        held = self.state.written(name, list(digests))
+        return [
+            (action, digests.get(action.doc_id))
+            for action in actions
+            if action.document is None or held.get(action.doc_id) != digests[action.doc_id]
+        ]
+
+    def _send(
+        self, name: str, target: str, gathered: Sequence[tuple[BulkAction, bytes | None]]
+    ) -> WriteResult:
+        """One bulk; then the state records what the index now holds. A write fenced by a
+        newer document (one repair wrote, say) leaves its digest unknown: rendered again."""
+        written = self.search.write_documents(target, [action for action, _ in gathered])
+        refused = {failure.change.doc_id for failure in written.failures}
+        kept = {
+            action.doc_id: digest
+            for action, digest in gathered
+            if digest is not None and action.doc_id not in refused and not written.fenced
+        }
+        self.state.record_written(
+            name, kept, [a.doc_id for a, _ in gathered if a.doc_id not in kept]
+        )
+        return written
 
     def _actions(
         self, name: str, spec: DocumentSpec, ids: Sequence[str], version: int
@@ -351,7 +418,15 @@ class DocumentSync:
             rows = [row for row in rows if row.id in kept]
         documents = render(spec, rows, self.state)
         where = Coordinates(f"documents:{name}", 0, 0)
-        return [_action(spec.table, where, ident, version, documents.get(ident)) for ident in ids]
+        return [
+            document_action(spec.table, where, ident, version, documents.get(ident))
+            for ident in ids
+        ]
+
+
+def _digest(document: Mapping[str, Any] | None) -> bytes:
+    text = json.dumps(document, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.blake2b(text.encode(), digest_size=16).digest()
 
 
 def _chosen(mapping: MappingFile, names: Collection[str] | None) -> dict[str, DocumentSpec]:
@@ -364,7 +439,7 @@ def _chosen(mapping: MappingFile, names: Collection[str] | None) -> dict[str, Do
     return {name: mapping.documents[name] for name in names}
 
 
-def _action(
+def document_action(
     table: TableId,
     where: Coordinates,
     ident: str,

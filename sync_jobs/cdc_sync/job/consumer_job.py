@@ -12,8 +12,9 @@ from __future__ import annotations
 import dataclasses
 import logging
 import shutil
+import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import psycopg
@@ -28,6 +29,7 @@ from cdc_sync.core.settings import Connections
 from cdc_sync.debezium.connector import converter_modes as connector_modes
 from cdc_sync.debezium.database import SourceDatabase
 from cdc_sync.documents import DocumentSync, state_fits_checkpoint
+from cdc_sync.documents.comparisons import TableTypes, catalog_types
 from cdc_sync.documents.sync import STATE_FILE
 from cdc_sync.job.batch_phases import SmallBatches
 from cdc_sync.job.consumers import Consumer
@@ -76,6 +78,10 @@ class SharedParts:
     metrics: JobMetrics | None = None
     progress: SnapshotProgress | None = None
     observers: Sequence[BatchObserver] = ()
+    # Set once every consumer's query has started: a batch waits for it, so that no consumer's
+    # first (large) batch takes the CPU from a later consumer's start (its source's Python
+    # process must connect back to Spark within 10 s, a fixed limit of Spark's).
+    all_started: threading.Event = field(default_factory=threading.Event)
 
 
 def converter_modes(mapping: MappingFile) -> ConverterModes:
@@ -149,6 +155,13 @@ def document_schemas(
     tables = sorted({t for spec in mapping.documents.values() for t in spec.tables()})
     with psycopg.connect(source.conninfo) as conn:
         return {table: row_schema_from_catalog(conn, table, modes) for table in tables}
+
+
+def document_types(mapping: MappingFile, source: SourceDatabase) -> dict[TableId, TableTypes]:
+    """The document tables' Postgres column types and keys: how their rows join and sort."""
+    tables = sorted({t for spec in mapping.documents.values() for t in spec.tables()})
+    with psycopg.connect(source.conninfo) as conn:
+        return catalog_types(conn, tables)
 
 
 class ConsumerJob:
@@ -258,7 +271,8 @@ class ConsumerJob:
         if self.documents is not None:
             modes = converter_modes(self.mapping)
             self.documents.ensure_targets(
-                document_schemas(self.mapping, self.shared.database, modes)
+                document_schemas(self.mapping, self.shared.database, modes),
+                document_types(self.mapping, self.shared.database),
             )
 
     def start(self, available_now: bool = False) -> StreamingQuery:
@@ -279,6 +293,7 @@ class ConsumerJob:
         return query
 
     def _batch(self, batch: DataFrame, batch_id: int) -> None:
+        self.shared.all_started.wait()
         # Each consumer's Spark jobs run in a fair-scheduler pool of its own (spark_session):
         # a long batch of one consumer does not queue the others' tasks behind it.
         self.shared.spark.sparkContext.setLocalProperty("spark.scheduler.pool", self.name)

@@ -30,6 +30,7 @@ from cdc_sync.job.options import (
 )
 from cdc_sync.job.settle.applier import BatchObserver
 from cdc_sync.job.settle.shape_check import check_shapes
+from cdc_sync.job.stale_checkpoints import refuse_stale_checkpoints
 from cdc_sync.job.write.health import SinkHealth, SinkStatus
 from cdc_sync.job.write.health_relay import HealthRelay
 from cdc_sync.mapping import MappingFile
@@ -187,7 +188,7 @@ class SyncJob:
                 self.database.conninfo,
             )
         self.progress = snapshot_progress(mapping, self.database, options, planned)
-        shared = SharedParts(
+        shared = self.shared = SharedParts(
             spark,
             connections,
             options,
@@ -214,6 +215,12 @@ class SyncJob:
         return [sink for consumer in self.consumers for sink in consumer.sinks]
 
     def start(self, available_now: bool = False) -> QueryGroup:
+        refuse_stale_checkpoints(
+            [c.consumer for c in self.consumers],
+            self.connections,
+            self.options.checkpoint_dir,
+            self.options.fail_on_data_loss,
+        )
         if self.metrics is not None and self.metrics_port is None:
             port = self.options.metrics_port or 0
             self.metrics_port = self.metrics.serve(self.options.metrics_host, port)
@@ -237,7 +244,10 @@ class SyncJob:
             _wait_initialized(query, INITIALIZE_SECONDS)
             return query
 
-        started = {consumer.name: start(consumer.name) for consumer in self.consumers}
+        try:
+            started = {consumer.name: start(consumer.name) for consumer in self.consumers}
+        finally:
+            self.shared.all_started.set()  # the consumers' batches may run now
         self.query = QueryGroup(started, restart=start)
         return self.query
 

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
+import shlex
 import sys
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -67,8 +70,11 @@ def build_spark(
     """`jvm_log`: where the driver JVM's stdout and stderr go (Spark's log4j WARN lines, its
     start-up banner, JVM warnings printed before log4j is configured); None leaves them on this
     process's console. Applies only when this call starts the JVM (not under spark-submit)."""
-    # Workers must run the same interpreter (pyarrow, the project) as the driver.
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    # Workers must run the same interpreter (pyarrow, the project) as the driver; locally through
+    # the launcher that lets them import the installed pyspark (`worker_python`).
+    if os.environ.get("PYSPARK_PYTHON", sys.executable) == sys.executable:
+        local = (spark_master(os.environ) or "").startswith("local")
+        os.environ["PYSPARK_PYTHON"] = worker_python() if local else sys.executable
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     conf = SparkConf().setAll(list(spark_settings(app_name, shuffle_partitions).items()))
     if jvm_log is not None and SparkContext._gateway is None and spark_master(os.environ):
@@ -76,6 +82,36 @@ def build_spark(
     spark = SparkSession.builder.config(conf=conf).getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+# Spark puts its own pyspark.zip (and py4j's) first on its Python processes' path; imported from
+# a zip, pyspark is compiled from source at every start (~0.9 s of CPU against ~0.3 s from the
+# installed package's cached bytecode, measured). A query's source process must connect back to
+# Spark within a fixed 10 s, which a loaded machine missed (8 busy processes: 4 of 12 query
+# starts failed; through this launcher 0 of 12). The installed pyspark is the same release.
+LAUNCHER = """#!/bin/sh
+# cdc-sync: Spark's Python processes without Spark's zips on PYTHONPATH (job/spark_session.py)
+PYTHONPATH=$(printf '%s' "$PYTHONPATH" | tr ':' '\\n' \\
+    | grep -v -E '/pyspark[.]zip$|/py4j-[^/]*[.]zip$' | paste -sd: -)
+export PYTHONPATH
+exec {python} "$@"
+"""
+
+
+def worker_python(executable: str = sys.executable) -> str:
+    """The launcher of `executable` for Spark's local Python processes (`LAUNCHER`), written
+    once per interpreter under the temp directory."""
+    text = LAUNCHER.format(python=shlex.quote(executable))
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    path = Path(tempfile.gettempdir()) / f"cdc-sync-{os.getuid()}" / f"python-{digest}"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, temp = tempfile.mkstemp(dir=path.parent)
+        with os.fdopen(fd, "w", encoding="utf-8") as file:
+            file.write(text)
+        os.chmod(temp, 0o755)
+        os.replace(temp, path)  # whole and executable, or not there
+    return str(path)
 
 
 def _start_jvm_logging_to(conf: SparkConf, jvm_log: Path) -> None:

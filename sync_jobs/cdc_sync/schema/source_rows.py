@@ -108,6 +108,11 @@ def register_value_loaders(conn: psycopg.Connection[Any]) -> None:
     conn.adapters.register_loader("time", TimeLoader)
 
 
+def read_as_text(column: CatalogColumn) -> bool:
+    """A scalar column read as its text (JSON, XML, citext; hstore as JSON text)."""
+    return column.type_name in _AS_TEXT or column.type_name == "hstore"
+
+
 def array_as_text(column: CatalogColumn) -> bool:
     """Arrays psycopg cannot load element by element (it returns the whole array as one
     string) or would parse (JSON): read as text[]."""

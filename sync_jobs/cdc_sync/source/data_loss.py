@@ -15,7 +15,7 @@ watermarks.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from cdc_sync.source.offsets import (
@@ -78,6 +78,51 @@ class DataLossError(RuntimeError):
         facts = "; ".join(item.describe() for item in lost)
         super().__init__(f"{SOURCE_NAME}: data loss: {facts}. {WAY_OUT}")
         self.lost = lost
+
+
+@dataclass(frozen=True)
+class StaleCheckpoint:
+    """A checkpoint the broker's topics no longer match: topics it read that the broker does
+    not have (deleted, or a broker reset: the stream idles on them without a word), and
+    partitions whose checkpoint offset lies past their end (re-created: the first batch would
+    fail, or under failOnDataLoss=false resume at the low watermark)."""
+
+    missing: tuple[str, ...]
+    ahead: tuple[tuple[TopicPartition, int, int], ...]  # (partition, checkpoint offset, end)
+
+    def describe(self) -> str:
+        parts = []
+        if self.ahead:
+            (topic, partition), offset, end = self.ahead[0]
+            more = f", and {len(self.ahead) - 1} more partition(s)" if len(self.ahead) > 1 else ""
+            parts.append(
+                f"it is ahead of the topics' ends ({topic}[{partition}] at offset {offset}, the "
+                f"broker's end {end}{more}): topics re-created or the broker reset"
+            )
+        if self.missing:
+            parts.append(
+                f"it read topics the broker does not have ({', '.join(self.missing)}): topics "
+                "deleted or the broker reset"
+            )
+        return "; ".join(parts)
+
+
+def stale_checkpoint(
+    processed: Mapping[TopicPartition, int],
+    ends: Mapping[TopicPartition, int],
+    topics: Collection[str],
+) -> StaleCheckpoint | None:
+    """Whether the checkpoint's next offsets (`processed`) of `topics` still match the broker's
+    end offsets (`ends`, every partition the broker lists of them); None when they do."""
+    listed = {topic for topic, _ in ends}
+    read = {tp: offset for tp, offset in processed.items() if tp[0] in topics}
+    missing = tuple(sorted({topic for topic, _ in read} - listed))
+    ahead = tuple(
+        (tp, offset, ends[tp])
+        for tp, offset in sorted(read.items())
+        if offset > ends.get(tp, offset)
+    )
+    return StaleCheckpoint(missing, ahead) if missing or ahead else None
 
 
 def find_lost(

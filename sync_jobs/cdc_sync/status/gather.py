@@ -9,6 +9,7 @@ from functools import partial
 from pathlib import Path
 from typing import Protocol, TypeVar
 
+from cdc_sync.connectors.engine import default_state_dir, offsets_path
 from cdc_sync.connectors.ops import load_target
 from cdc_sync.core.kafka_clients import consumer_config
 from cdc_sync.core.settings import Connections
@@ -16,7 +17,9 @@ from cdc_sync.debezium.database import SourceMismatch
 from cdc_sync.job.consumers import plan_consumers, refuse_single_query_checkpoint
 from cdc_sync.job.observe.checkpoint import processed_offsets
 from cdc_sync.job.observe.status_file import JobStatus, read_status
+from cdc_sync.job.stale_checkpoints import stale_line
 from cdc_sync.mapping import MappingFile
+from cdc_sync.source.data_loss import stale_checkpoint
 from cdc_sync.status.broker import partition_status, record_count
 from cdc_sync.status.capture import connect_status, slot_status
 from cdc_sync.status.model import (
@@ -115,6 +118,11 @@ def gather(
                 "the broker", partial(partition_status, kafka, consumer.mapping.topics(), offsets)
             )
             broker_answers = partitions is not None
+        stale = None
+        if processed is not None and partitions is not None:
+            ends = {(p.topic, p.partition): p.end_offset for p in partitions}
+            found = stale_checkpoint(processed.offsets, ends, consumer.mapping.topics())
+            stale = None if found is None else stale_line(found, where)
         consumers.append(
             ConsumerSnapshot(
                 consumer.name,
@@ -123,6 +131,7 @@ def gather(
                 tuple(partitions or ()),
                 tuple(watermark_source(job).watermarks()),
                 job_alive(job) if job is not None and job.state == "running" else None,
+                stale,
             )
         )
     dead_letters = (
@@ -163,7 +172,14 @@ def _capture(
             "kafka-connect", name, "UNKNOWN"
         )
     else:
-        capture = CaptureStatus("embedded", name, None)
+        offsets = offsets_path(default_state_dir(connector_file), name)
+        capture = CaptureStatus(
+            "embedded",
+            name,
+            None,
+            offsets_file=str(offsets) if offsets.exists() else None,
+            connector_file=str(connector_file),
+        )
     slot = attempt("the replication slot", lambda: slot_status(target.conninfo, target.resolved))
     return capture, slot
 

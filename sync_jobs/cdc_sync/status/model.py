@@ -20,6 +20,9 @@ class CaptureStatus:
     connector: str
     state: str | None  # Connect's connector state, "NOT REGISTERED"; None when embedded
     tasks: tuple[TaskState, ...] = ()
+    # Embedded: the offsets file `cdc-sync capture` keeps by default, when it exists.
+    offsets_file: str | None = None
+    connector_file: str | None = None
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,8 @@ class ConsumerSnapshot:
     watermarks: tuple[Watermark, ...] = ()
     # Whether the job's process still runs (status.process); None: not known from this host.
     job_alive: bool | None = None
+    # What the broker's topics no longer match in its checkpoint (job.stale_checkpoints.stale_line).
+    stale_checkpoint: str | None = None
 
     @property
     def waiting(self) -> int:

@@ -60,7 +60,7 @@ def _stopped(s: Snapshot, t: Thresholds) -> list[str]:
 
 def _consumer_stopped(s: Snapshot, c: ConsumerSnapshot, t: Thresholds) -> list[str]:
     job = c.job
-    reasons = []
+    reasons = [] if c.stale_checkpoint is None else [c.stale_checkpoint]
     if job is None:
         reasons.append(f"no status beside its checkpoint {c.checkpoint} (has the job run?)")
     elif job.state == "failed":
@@ -93,7 +93,14 @@ def _capture_stopped(s: Snapshot) -> list[str]:
             reasons.append(f"connector {capture.connector} has no tasks")
     slot = s.slot
     if slot is not None:
-        if not slot.exists:
+        if not slot.exists and capture is not None and capture.offsets_file is not None:
+            reasons.append(
+                f"the capture's stored offsets ({capture.offsets_file}) belong to replication "
+                f"slot {slot.name}, which does not exist (database re-created, or slot "
+                "dropped): start over with `cdc-sync capture --connector "
+                f"{capture.connector_file} --reset`"
+            )
+        elif not slot.exists:
             reasons.append(f"replication slot {slot.name} does not exist")
         elif slot.wal_status == "lost":
             reasons.append(f"replication slot {slot.name} lost WAL it needed: re-snapshot")

@@ -1,81 +1,145 @@
-"""Document indices against Postgres: the same documents rendered from the tables' rows now.
+"""Every document a document index should hold, as Postgres computes it now (verify's oracle).
 
-Each document table is read once (every column, decoded as the job decodes it, encoded as the
-job's state keeps it), indexed in memory by the columns relations join on, and the job's own
-renderer (`documents.render`) builds every root's document from it: a difference is a
-difference in rows, never in rendering. Memory: the document tables' rows, once.
+Postgres runs the spec's query (`document_sql`): it joins, nests, orders, filters and builds the
+JSON. Only the leaf values are converted here, from Postgres's text of each column to the JSON
+the sinks hold for it, by the project's Postgres-row decoding (psycopg's loader for the type,
+`schema.source_rows.from_postgres` with the connector's modes, `schema.to_json_value`), as flat
+verify reads rows. Streamed from a server-side cursor: memory holds one chunk of documents.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
+from psycopg import abc, pq
+from psycopg.abc import Loader
+from psycopg.adapt import Transformer
 
 from cdc_sync.core.model import TableId, document_id
-from cdc_sync.documents.render import render
-from cdc_sync.documents.rows import Row, link_value
-from cdc_sync.relations import DocumentSpec
-from cdc_sync.schema import RowSchema
-from cdc_sync.schema.catalog import ConverterModes, primary_key_columns, row_schema_from_catalog
-from cdc_sync.schema.source_rows import read_table
-from cdc_sync.shape.changes import filter_flags
-from cdc_sync.sinks.documents import json_document
+from cdc_sync.core.types import ColumnType
+from cdc_sync.relations import DocumentSpec, Kind, Level
+from cdc_sync.schema import to_json_value
+from cdc_sync.schema.catalog import (
+    CatalogColumn,
+    ConverterModes,
+    catalog_columns,
+    column_type_from_catalog,
+    primary_key_columns,
+)
+from cdc_sync.schema.source_rows import (
+    array_as_text,
+    from_postgres,
+    read_as_text,
+    register_value_loaders,
+)
+from cdc_sync.verify.document_sql import TableShape, document_query
+
+CHUNK = 500  # documents fetched from the cursor at a time
 
 
-class PostgresRows:
-    """A `RowSource` over the document tables as Postgres holds them now."""
+@dataclass(frozen=True)
+class _Leaf:
+    """How one column's text (`document_sql.leaf_text`) becomes the column's value."""
 
-    def __init__(self, conn: psycopg.Connection[Any], modes: ConverterModes) -> None:
-        self.conn, self.modes = conn, modes
-        self._rows: dict[TableId, list[Row]] = {}
-        self._typed: dict[TableId, list[dict[str, Any]]] = {}
-        self._schemas: dict[TableId, RowSchema] = {}
-        self._indexes: dict[tuple[TableId, str], dict[str, list[Row]]] = {}
+    type: ColumnType
+    loader: Loader
 
-    def table(self, table: TableId) -> list[Row]:
-        if table not in self._rows:
-            schema = self._schemas[table] = row_schema_from_catalog(self.conn, table, self.modes)
-            key = primary_key_columns(self.conn, table)
-            typed = self._typed[table] = read_table(self.conn, table, schema.columns, self.modes)
-            rows = []
-            for row in typed:
-                doc = json_document(row, schema)
-                values = tuple((name, row[name]) for name in key)
-                rows.append(Row(document_id(values), tuple(doc[name] for name in key), doc))
-            self._rows[table] = rows
-        return self._rows[table]
+    def decoded(self, text: str | None, modes: ConverterModes) -> Any:
+        """The value as the decoder gives Debezium's (doc ids are built from these)."""
+        if text is None:
+            return None
+        return from_postgres(self.type, self.loader.load(text.encode()), modes)
 
-    def rows(self, table: TableId, ids: Sequence[str]) -> list[Row]:
-        wanted = set(ids)
-        return [row for row in self.table(table) if row.id in wanted]
-
-    def joined(self, table: TableId, column: str, values: Iterable[str]) -> list[Row]:
-        index = self._indexes.get((table, column))
-        if index is None:
-            index = defaultdict(list)
-            for row in self.table(table):
-                value = link_value(row.doc.get(column))
-                if value is not None:
-                    index[value].append(row)
-            self._indexes[(table, column)] = index
-        return [row for value in set(values) for row in index.get(value, [])]
-
-    def roots(self, spec: DocumentSpec, where: str) -> list[Row]:
-        """The root rows, those matching the document's filter (the job's engine, same SQL)."""
-        rows = self.table(spec.table)
-        if spec.filter is None or not rows:
-            return rows
-        schema, typed = self._schemas[spec.table], self._typed[spec.table]
-        flags = filter_flags(schema, typed, [(where, spec.filter)])
-        return [row for row, ok in zip(rows, flags, strict=True) if ok]
+    def value(self, text: str | None, modes: ConverterModes) -> Any:
+        """The value as the sinks hold it."""
+        decoded = self.decoded(text, modes)
+        return None if decoded is None else to_json_value(self.type, decoded)
 
 
-def expected_documents(
-    conn: psycopg.Connection[Any], spec: DocumentSpec, modes: ConverterModes, where: str
-) -> dict[str, dict[str, Any]]:
-    """doc id -> the document the index should hold, for every root row now."""
-    source = PostgresRows(conn, modes)
-    return render(spec, source.roots(spec, where), source)
+class DocumentOracle:
+    """One document spec's expected documents, computed by the database of `conn` (which has
+    verify's loaders registered: `compare.register_loaders`)."""
+
+    def __init__(
+        self, conn: psycopg.Connection[Any], spec: DocumentSpec, modes: ConverterModes
+    ) -> None:
+        register_value_loaders(conn)
+        self.conn, self.spec, self.modes = conn, spec, modes
+        self.tables = {table: _shape(conn, table) for table in spec.tables()}
+        transformer = Transformer.from_context(conn)
+        self.leaves = {
+            table: {
+                c.name: _Leaf(
+                    column_type_from_catalog(c, modes, f"{table}.{c.name}"),
+                    _loader(conn, transformer, c),
+                )
+                for c in shape.columns
+            }
+            for table, shape in self.tables.items()
+        }
+
+    def documents(self, chunk: int = CHUNK) -> Iterator[tuple[str, dict[str, Any]]]:
+        """(doc id, document) of every root the filter keeps, in no particular order."""
+        for row in self._rows(True, chunk):
+            yield self._id(row[:-1]), self._decode(self.spec, row[-1])
+
+    def ids(self, chunk: int = CHUNK) -> Iterator[str]:
+        """The doc ids of every root the filter keeps (no documents built)."""
+        for row in self._rows(False, chunk):
+            yield self._id(row)
+
+    def _rows(self, documents: bool, chunk: int) -> Iterator[tuple[Any, ...]]:
+        query = document_query(self.spec, self.tables, documents)
+        # A transaction of its own (a savepoint inside the caller's): the cursor lives in it.
+        with self.conn.transaction(), self.conn.cursor(name="cdc_sync_documents") as cursor:
+            cursor.itersize = chunk
+            cursor.execute(query)
+            yield from cursor
+
+    def _id(self, texts: tuple[Any, ...]) -> str:
+        key, leaves = self.tables[self.spec.table].key, self.leaves[self.spec.table]
+        pairs = zip(key, texts, strict=True)
+        return document_id(
+            tuple((name, leaves[name].decoded(text, self.modes)) for name, text in pairs)
+        )
+
+    def _decode(self, level: Level, document: Mapping[str, Any]) -> dict[str, Any]:
+        """The document with each column's text as the JSON the sinks hold (relations: their
+        rows' documents, decoded in turn)."""
+        leaves = self.leaves[level.table]
+        columns = {level.rename.get(name, name): name for name in leaves}
+        relations = {relation.name: relation for relation in level.relations}
+        decoded: dict[str, Any] = {}
+        for name, value in document.items():
+            relation = relations.get(name)
+            if relation is None:
+                decoded[name] = leaves[columns[name]].value(value, self.modes)
+            elif relation.kind is Kind.ONE:
+                decoded[name] = None if value is None else self._decode(relation, value)
+            else:
+                decoded[name] = [self._decode(relation, item) for item in value]
+        return decoded
+
+
+def _shape(conn: psycopg.Connection[Any], table: TableId) -> TableShape:
+    return TableShape(tuple(catalog_columns(conn, table)), tuple(primary_key_columns(conn, table)))
+
+
+def _loader(
+    conn: psycopg.Connection[Any], transformer: abc.Transformer, column: CatalogColumn
+) -> Loader:
+    """psycopg's text loader for what `document_sql.leaf_text` selects: the column's own type,
+    or text (text[] for arrays) where verify reads the type as text (`source_rows`)."""
+    types = conn.adapters.types
+    text = types.get("text")
+    assert text is not None
+    if column.category == "A":
+        element = None if array_as_text(column) else types.get(column.element or "")
+        oid = (element or text).array_oid
+    else:
+        found = None if read_as_text(column) else types.get(column.type_name)
+        oid = (found or text).oid  # an enum or an extension's type: its text
+    return transformer.get_loader(oid, pq.Format.TEXT)

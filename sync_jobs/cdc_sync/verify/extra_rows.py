@@ -4,6 +4,10 @@ Order matters: read the version the sink stores for the row, then confirm the ke
 Postgres, then delete in that sink at the stored version. A re-insert committed after the check
 carries a higher version than anything stored before it, so the sink fences the delete if the
 re-insert got there first, and fences the (older) stale row out if it comes after.
+
+A cache key whose version field is not the pipeline's (written by something else under the
+route's prefix: `sinks.redis.readback.Foreign`) orders nothing, so no fenced delete can remove
+it: it is deleted only if it still holds the field read, so a pipeline write since wins.
 """
 
 from __future__ import annotations
@@ -28,10 +32,11 @@ from cdc_sync.sinks.delta.actions import VERSION
 from cdc_sync.sinks.redis import RedisSink
 from cdc_sync.sinks.redis import readback as cache_readback
 from cdc_sync.sinks.redis.client import is_transient as cache_transient
+from cdc_sync.sinks.redis.readback import Foreign
 from cdc_sync.sinks.search import SearchSink
 from cdc_sync.sinks.search import readback as search_readback
 from cdc_sync.sinks.search.backends import is_transient as search_transient
-from cdc_sync.verify.documents import PostgresRows
+from cdc_sync.verify.documents import DocumentOracle
 
 # What the sinks' logs name as the deletes' coordinates: they come from no Kafka record.
 REPAIR_COORDINATES = Coordinates("cdc-sync-repair", 0, 0)
@@ -59,6 +64,7 @@ class ExtraRows:
     fenced: int = 0  # the sink holds a newer version now: a concurrent change won
     back: int = 0  # in Postgres again: the stream brings it
     gone: int = 0  # no longer in the sink
+    foreign: int = 0  # deleted: their version was not the pipeline's (written by something else)
     failures: list[str] = field(default_factory=list)
 
     def describe(self) -> str:
@@ -66,6 +72,7 @@ class ExtraRows:
         parts += [
             f"{n} {what}"
             for n, what in (
+                (self.foreign, "deleted as foreign (their version is not the pipeline's)"),
                 (self.fenced, "kept (newer in the sink)"),
                 (self.back, "kept (back in Postgres)"),
                 (self.gone, "already gone"),
@@ -111,14 +118,25 @@ class RepairSinks:
     def stored(
         self, name: str, route: TableRoute, key_columns: Sequence[str], ids: Sequence[str]
     ) -> dict[str, tuple[int, Key]]:
-        """doc id -> (stored version, key) for those of `ids` the sink holds."""
+        """doc id -> (stored version, key) for those of `ids` the sink holds as the pipeline
+        wrote them."""
+        held = self.held(name, route, key_columns, ids)
+        return {i: v for i, v in held.items() if not isinstance(v, Foreign)}
+
+    def held(
+        self, name: str, route: TableRoute, key_columns: Sequence[str], ids: Sequence[str]
+    ) -> dict[str, tuple[int, Key] | Foreign]:
+        """doc id -> (stored version, key), or `Foreign` (a cache key the pipeline did not
+        write), for those of `ids` the sink holds."""
         sink = self.sink(name)
         if isinstance(sink, SearchSink) and route.search is not None:
             found = search_readback.versions(sink.backend, route.search.index, ids)
             return {i: (v, ((ID_COLUMN, i),)) for i, v in found.items()}
         if isinstance(sink, RedisSink) and route.cache is not None:
-            found = cache_readback.versions(sink.client, route.cache, route.table, ids)
-            return {i: (v, ((ID_COLUMN, i),)) for i, v in found.items()}
+            held = cache_readback.versions(sink.client, route.cache, route.table, ids)
+            return {
+                i: v if isinstance(v, Foreign) else (v, ((ID_COLUMN, i),)) for i, v in held.items()
+            }
         if isinstance(sink, DeltaSink) and route.delta is not None:
             # Delta matches rows on the key columns: the key comes from the stored row.
             routed = {c: route.rename.get(c, c) for c in key_columns}
@@ -149,18 +167,23 @@ def delete_extra_rows(
     version to delete at instead (erase: above every version the pipeline can still deliver);
     a sink holding a newer one keeps its row."""
     what = f"repair {name} {route.table}"
-    stored = read_retried(lambda: sinks.stored(name, route, key_columns, ids), what, sinks.retry)
+    held = read_retried(lambda: sinks.held(name, route, key_columns, ids), what, sinks.retry)
     present = set(source_ids())
-    outcome = ExtraRows(gone=len(ids) - len(stored), back=len(present & stored.keys()))
+    outcome = ExtraRows(gone=len(ids) - len(held), back=len(present & held.keys()))
+    extra = {i: v for i, v in sorted(held.items()) if i not in present}
+    foreign = {i: v for i, v in extra.items() if isinstance(v, Foreign)}
+    ours = {i: v for i, v in extra.items() if not isinstance(v, Foreign)}
     at = versions or {}
     changes = [
         Change(route.table, key, Op.DELETE, at.get(doc_id, version), None, REPAIR_COORDINATES)
-        for doc_id, (version, key) in sorted(stored.items())
-        if doc_id not in present
+        for doc_id, (version, key) in ours.items()
     ]
+    sink = sinks.sink(name)
+    if foreign and isinstance(sink, RedisSink):
+        outcome.foreign = len(sink.drop_foreign(route, foreign))
+        outcome.fenced = len(foreign) - outcome.foreign  # the pipeline wrote the key since
     if not changes:
         return outcome
-    sink = sinks.sink(name)
     sink.ensure_target(route, None)
     result = sink.apply(route, changes)
     outcome.failures = [f"{f.change.doc_id}: {f.error_class}" for f in result.failures]
@@ -168,10 +191,8 @@ def delete_extra_rows(
     # it cannot tell from an absent one as applied (Delta's MERGE reports rows, not outcomes).
     failed = {f.change.doc_id for f in result.failures}
     attempted = [c.doc_id for c in changes if c.doc_id not in failed]
-    kept = read_retried(
-        lambda: sinks.stored(name, route, key_columns, attempted), what, sinks.retry
-    )
-    outcome.fenced = len(kept)
+    kept = read_retried(lambda: sinks.held(name, route, key_columns, attempted), what, sinks.retry)
+    outcome.fenced += len(kept)
     outcome.deleted = len(attempted) - len(kept)
     return outcome
 
@@ -187,11 +208,8 @@ def delete_extra_documents(
     matches the filter) at their stored versions, unless it should hold them again."""
     spec = mapping.documents[name]
     route = document_route(mapping, name)
-    where = mapping.document_filter_path(name)
-    roots = PostgresRows(conn, converter_modes(mapping.connector))
-    return delete_extra_rows(
-        sinks, "search", route, [ID_COLUMN], ids, lambda: {r.id for r in roots.roots(spec, where)}
-    )
+    roots = DocumentOracle(conn, spec, converter_modes(mapping.connector))
+    return delete_extra_rows(sinks, "search", route, [ID_COLUMN], ids, lambda: set(roots.ids()))
 
 
 def document_route(mapping: MappingFile, name: str) -> TableRoute:

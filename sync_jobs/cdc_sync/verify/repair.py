@@ -5,9 +5,10 @@ Each round verifies (`compare.verify_all`), then per table:
   to their keys (`resnapshot.py`), which the running job applies through the fenced sinks;
 - rows a sink holds that Postgres does not are deleted in that sink at the version it stores
   (`extra_rows.py`).
-Document indices the same way: a missing or different document's root row is re-snapshotted,
-which the job merges into its state and renders again; a document whose root is gone (or no
-longer matches the filter) is deleted at the version the index stores.
+Document indices are rewritten by repair itself (`document_repair.py`): missing and different
+documents as Postgres computes them, at a fence version no older render can pass and every newer
+one does; a document whose root is gone (or no longer matches the filter) is deleted at the
+version the index stores.
 Then it waits for Debezium to report each snapshot completed and for the job to apply it
 (verify again until clean or `settle_seconds`); rows still differing go to the next round (under
 a running workload, newer changes may have been in flight). The sync job must be running.
@@ -29,16 +30,19 @@ from cdc_sync.core.settings import Connections
 from cdc_sync.debezium.database import SourceDatabase, source_database
 from cdc_sync.debezium.notifications import Notification, SnapshotOutcome, describe
 from cdc_sync.mapping import MappingFile
+from cdc_sync.sinks.search import SearchSink
 from cdc_sync.verify.compare import (
     DOCUMENT_PREFIX,
     SINK_NAMES,
     Report,
+    SinkComparison,
     TableComparison,
     primary_key,
     register_loaders,
     source_keys,
     verify_all,
 )
+from cdc_sync.verify.document_repair import rewrite_documents
 from cdc_sync.verify.extra_rows import (
     RepairSinks,
     delete_extra_documents,
@@ -106,8 +110,8 @@ def repair(
         while not report.converged and rounds < options.rounds:
             rounds += 1
             out(f"round {rounds}: {_damage(report)}")
-            signals = merged(_repair_round(mapping, source, sinks, report, out))
-            outcomes = run_signals(channel, signals, _progress(out))
+            signals = merged(_repair_round(mapping, source, sinks, report, channel, out))
+            outcomes = run_signals(channel, signals, _progress(out)) if signals else []
             failed = [(s, o) for s, o in outcomes if o is not SnapshotOutcome.COMPLETED]
             for signal, outcome in failed:
                 out(f"  snapshot of {', '.join(signal.tables)}: {outcome.value}")
@@ -127,15 +131,22 @@ def _repair_round(
     source: SourceDatabase,
     sinks: RepairSinks,
     report: Report,
+    channel: SnapshotChannel,
     out: Output,
 ) -> list[SnapshotSignal]:
-    """Delete the extra rows; return the snapshot signals for the missing and different."""
+    """Delete the extra rows and rewrite the documents; return the snapshot signals for the
+    missing and different rows."""
     signals: list[SnapshotSignal] = []
     with psycopg.connect(source.conninfo, autocommit=True) as conn:
         register_loaders(conn)  # ids computed as verify computes them
         for comparison in report.tables:
             if comparison.matches:
                 continue
+            documents = [s for s in comparison.sinks if s.sink.startswith(DOCUMENT_PREFIX)]
+            for sink in documents:
+                _repair_documents(mapping, sinks, conn, channel, comparison.table, sink, out)
+            if documents:
+                continue  # a document index's comparison holds that index alone
             table = comparison.table
             route = mapping.tables[table]
             key_columns = primary_key(conn, table)
@@ -143,11 +154,6 @@ def _repair_round(
             signals += _rewrite(conn, comparison, key_columns, keys, out)
             for sink in comparison.sinks:
                 if not sink.extra:
-                    continue
-                if sink.sink.startswith(DOCUMENT_PREFIX):
-                    name = sink.sink.removeprefix(DOCUMENT_PREFIX)
-                    extra = delete_extra_documents(sinks, mapping, name, conn, sink.extra)
-                    out(f"  {table} {sink.sink}: {len(sink.extra)} extra: {extra.describe()}")
                     continue
                 if sink.sink == "history":
                     # A current history row whose delete the history never saw (a tombstone
@@ -159,6 +165,31 @@ def _repair_round(
                 extra = delete_extra_rows(sinks, sink.sink, route, key_columns, sink.extra, present)
                 out(f"  {table} {sink.sink}: {len(sink.extra)} extra: {extra.describe()}")
     return signals
+
+
+def _repair_documents(
+    mapping: MappingFile,
+    sinks: RepairSinks,
+    conn: psycopg.Connection[Any],
+    channel: SnapshotChannel,
+    table: TableId,
+    sink: SinkComparison,
+    out: Output,
+) -> None:
+    """A document index: extra documents deleted, missing and different ones rewritten."""
+    name = sink.sink.removeprefix(DOCUMENT_PREFIX)
+    if sink.extra:
+        extra = delete_extra_documents(sinks, mapping, name, conn, sink.extra)
+        out(f"  {table} {sink.sink}: {len(sink.extra)} extra: {extra.describe()}")
+    wrong = [*sink.missing, *sink.different]
+    if wrong:
+        search = sinks.sink("search")
+        assert isinstance(search, SearchSink)
+        rewritten = rewrite_documents(search, mapping, name, conn, channel.config, wrong)
+        out(
+            f"  {table} {sink.sink}: {len(sink.missing)} missing, {len(sink.different)} "
+            f"different: {rewritten.describe()}"
+        )
 
 
 def _rewrite(

@@ -21,7 +21,7 @@ from cdc_sync.schema import RowSchema
 from cdc_sync.sinks.base import WriteResult
 from cdc_sync.sinks.redis.actions import to_actions, truncate_actions
 from cdc_sync.sinks.redis.client import RedisWriter, is_transient
-from cdc_sync.sinks.redis.readback import all_versions, stored_marks
+from cdc_sync.sinks.redis.readback import Foreign, all_versions, stored_marks
 from cdc_sync.sinks.redis.watermarks import CacheWatermarks
 from cdc_sync.sinks.truncates import marks_at_snapshot_end
 
@@ -80,6 +80,17 @@ class RedisSink:
         )
         actions = truncate_actions(route, truncate, stored, marked)
         return self.writer.write_batch(actions).applied if actions else 0
+
+    def drop_foreign(self, route: TableRoute, foreign: Mapping[str, Foreign]) -> set[str]:
+        """Delete the row keys of `foreign` (doc id -> what `readback.versions` read), each only
+        if it still holds what was read; returns the doc ids deleted. Repair's delete of an
+        extra row whose version is not the pipeline's, which a fenced delete cannot order."""
+        cache = route.cache
+        if cache is None or not foreign:
+            return set()
+        keys = {cache.key(route.table, i): i for i in foreign}
+        dropped = self.writer.drop_foreign({key: foreign[i].field for key, i in keys.items()})
+        return {keys[key] for key in dropped}
 
     def record_watermark(self, routes: Mapping[str, TableRoute], position: int) -> None:
         self.watermarks.record(routes, position)

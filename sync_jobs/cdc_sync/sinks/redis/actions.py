@@ -23,6 +23,16 @@ def version_string(version: int) -> str:
     return f"{version:0{VERSION_WIDTH}d}"
 
 
+def parsed_version(field: bytes | str | None) -> int | None:
+    """The version a `version_string` field holds; None for any other field (or none): the key
+    is foreign, written by something else under the route's prefix (`apply.lua` lets such a
+    version fence nothing)."""
+    text = field.decode("latin-1") if isinstance(field, bytes) else field
+    if text is None or len(text) != VERSION_WIDTH or not text.isascii() or not text.isdigit():
+        return None
+    return int(text)
+
+
 @dataclass(frozen=True)
 class CacheAction:
     change: Change

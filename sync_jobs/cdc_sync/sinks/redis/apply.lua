@@ -8,6 +8,8 @@
 --          "mark" (a soft delete: an upsert over the stored row that keeps every stored member
 --          the mark does not carry; with no stored row, the delete: a row the cache never held
 --          is not marked)
+--          | "drop_foreign" (repair: delete a foreign row key, below, if its version field
+--          still holds ARGV[2], the value repair read; "" for none: nothing wrote it since)
 -- ARGV[2]  version: the LSN as a 20-digit zero-padded decimal string
 -- ARGV[3]  upsert, mark: JSON object of the row, without its unchanged TOAST columns
 -- ARGV[4]  upsert: JSON array of the unchanged TOAST column names (merged from the stored row)
@@ -17,6 +19,10 @@
 --
 -- Versions are compared as strings, never as numbers: Lua numbers are doubles, exact only up to
 -- 2^53, and LSNs go up to 2^64. Zero-padded to the same width, byte order = numeric order.
+--
+-- A version field (or tombstone) that is not 20 digits was not written by this script: the key
+-- is foreign (something else wrote under the prefix). A foreign version orders nothing: it
+-- fences no change and is never kept as a tombstone; the change is applied as over no row.
 --
 -- The TOAST merge splices raw JSON text instead of cjson.decode/encode of the rows: cjson turns
 -- every number into a double and prints 14 significant digits (12345678901234567 comes back as
@@ -112,18 +118,35 @@ local function not_carried(row, stored_row)
   return names
 end
 
-local stored_version = redis.call("HGET", KEYS[1], "version")
+-- the version when this script wrote it (20 digits), else nil (absent, or foreign)
+local function ours(version)
+  if version and #version == 20 and not string.find(version, "%D") then return version end
+  return nil
+end
+
+local held = redis.call("HGET", KEYS[1], "version")
+if ARGV[1] == "drop_foreign" then
+  if ours(held) or (held or "") ~= ARGV[2] or redis.call("EXISTS", KEYS[1]) == 0 then
+    return 0
+  end
+  redis.call("DEL", KEYS[1])
+  return 1
+end
+
+local stored_version = ours(held)
 if ARGV[1] == "forget" then
-  if stored_version then
+  if held then
     redis.call("DEL", KEYS[1])
-    redis.call("SET", KEYS[2], stored_version, "EX", tonumber(ARGV[6]))
+    if stored_version then
+      redis.call("SET", KEYS[2], stored_version, "EX", tonumber(ARGV[6]))
+    end
   end
   return 1
 end
 
 local version = ARGV[2]
 if stored_version and stored_version > version then return 0 end
-local tombstone = redis.call("GET", KEYS[2])
+local tombstone = ours(redis.call("GET", KEYS[2]))
 if tombstone and tombstone > version then return 0 end
 
 local op = ARGV[1]

@@ -8,7 +8,7 @@ timeouts fail the whole chunk; re-sending it is harmless because every call is f
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import partial
 from importlib import resources
 from typing import Any
@@ -63,6 +63,27 @@ class RedisWriter:
             )
             result = result.merge(classify_answers(chunk, answers))
         return result
+
+    def drop_foreign(self, keys: Mapping[str, bytes | None]) -> set[str]:
+        """Delete each row key (-> the version field read from it, None for none) that still
+        holds that field: a foreign key (`apply.lua`). A key the pipeline wrote since is kept.
+        Returns the keys deleted."""
+        items = sorted(keys.items())
+        dropped: set[str] = set()
+        for start in range(0, len(items), PIPELINE_CHUNK):
+            chunk = items[start : start + PIPELINE_CHUNK]
+            answers = retried(
+                partial(self._send_drops, chunk), is_transient, "redis drop foreign", self.policy
+            )
+            dropped.update(key for (key, _), answer in zip(chunk, answers, strict=True) if answer)
+        return dropped
+
+    def _send_drops(self, chunk: Sequence[tuple[str, bytes | None]]) -> list[Any]:
+        pipe = self.client.pipeline(transaction=False)
+        for key, field in chunk:
+            # The tombstone key is not read by this op; the script takes two keys.
+            self.script(keys=[key, key], args=["drop_foreign", field or b""], client=pipe)
+        return list(pipe.execute())
 
     def _send(self, chunk: Sequence[CacheAction]) -> list[Any]:
         pipe = self.client.pipeline(transaction=False)

@@ -7,25 +7,30 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import redis
 
 from cdc_sync.core.model import TableId
 from cdc_sync.mapping import WATERMARKS_KEY_SUFFIX, CacheRoute
+from cdc_sync.sinks.redis.actions import parsed_version
 
 ROW_FIELD = "row"
-VERSION_FIELD = "version"  # zero-padded decimal (actions.VERSION_WIDTH)
+VERSION_FIELD = "version"  # zero-padded decimal (actions.VERSION_WIDTH), when the pipeline's
 
 
 def entries(client: redis.Redis, cache: CacheRoute, table: TableId) -> dict[str, dict[str, str]]:
-    """doc id -> every field of its hash, decoded (tombstone keys are not rows)."""
+    """doc id -> every field of its hash, decoded (tombstone keys are not rows; a field that is
+    not UTF-8, which only a foreign writer leaves, is read with replacement characters)."""
     prefix = cache.key(table, "")
     found: dict[str, dict[str, str]] = {}
     for key in client.scan_iter(match=f"{_glob_escape(prefix)}*", count=1000):
         fields: dict[bytes, bytes] = client.hgetall(key)  # type: ignore[assignment]
         if fields:
-            found[key.decode()[len(prefix) :]] = {k.decode(): v.decode() for k, v in fields.items()}
+            found[key.decode()[len(prefix) :]] = {
+                k.decode(errors="replace"): v.decode(errors="replace") for k, v in fields.items()
+            }
     return found
 
 
@@ -38,15 +43,29 @@ def rows(client: redis.Redis, cache: CacheRoute, table: TableId) -> dict[str, di
     }
 
 
+@dataclass(frozen=True)
+class Foreign:
+    """A row key the pipeline did not write: its version field is missing or not the pipeline's
+    form (`actions.parsed_version`). Its version orders nothing (`apply.lua`)."""
+
+    field: bytes | None  # the version field as read (None: the hash has none)
+
+
 def versions(
     client: redis.Redis, cache: CacheRoute, table: TableId, ids: Sequence[str]
-) -> dict[str, int]:
-    """doc id -> stored version, for those of `ids` the cache holds."""
+) -> dict[str, int | Foreign]:
+    """doc id -> stored version (or `Foreign`), for those of `ids` the cache holds a row for."""
     pipe = client.pipeline(transaction=False)
     for doc_id in ids:
-        pipe.hget(cache.key(table, doc_id), VERSION_FIELD)
+        pipe.hmget(cache.key(table, doc_id), [ROW_FIELD, VERSION_FIELD])
     stored = pipe.execute() if ids else []
-    return {doc_id: int(v) for doc_id, v in zip(ids, stored, strict=True) if v is not None}
+    found: dict[str, int | Foreign] = {}
+    for doc_id, (row, version) in zip(ids, stored, strict=True):
+        if row is None and version is None:
+            continue
+        parsed = parsed_version(version)
+        found[doc_id] = Foreign(version) if parsed is None else parsed
+    return found
 
 
 def tombstone_versions(
@@ -73,7 +92,7 @@ def all_versions(
             pipe.hget(key, VERSION_FIELD)
         for key, version in zip(page_keys, pipe.execute(), strict=True):
             if version is not None:
-                found[key.decode()[len(prefix) :]] = int(version)
+                found[key.decode()[len(prefix) :]] = _ordering(version)
 
     for key in client.scan_iter(match=f"{_glob_escape(prefix)}*", count=page):
         keys.append(key)
@@ -95,7 +114,7 @@ def stored_marks(
     for doc_id, fields in entries(client, cache, table).items():
         if VERSION_FIELD not in fields:
             continue
-        versions[doc_id] = int(fields[VERSION_FIELD])
+        versions[doc_id] = _ordering(fields[VERSION_FIELD])
         if ROW_FIELD in fields and json.loads(fields[ROW_FIELD]).get(marker) is True:
             marked.add(doc_id)
     return versions, marked
@@ -115,6 +134,12 @@ def watermarks(client: redis.Redis, prefix: str | None = None) -> dict[str, int]
             name = topic.decode()
             found[name] = min(int(value), found.get(name, int(value)))
     return found
+
+
+def _ordering(field: bytes | str) -> int:
+    """Where a stored version orders a row against a change: a foreign one before every change
+    (0), as `apply.lua` treats it."""
+    return parsed_version(field) or 0
 
 
 def _glob_escape(text: str) -> str:

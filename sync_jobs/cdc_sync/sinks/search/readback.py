@@ -76,6 +76,14 @@ def versions(backend: SearchBackend, alias: str, ids: Sequence[str]) -> dict[str
     return {d["_id"]: int(d["_version"]) for d in docs if d.get("found")}
 
 
+def sources(backend: SearchBackend, alias: str, ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """doc id -> `_source`, for those of `ids` the index holds (no refresh: a get by id reads
+    the latest write)."""
+    if not ids or not backend.alias_exists(alias):
+        return {}
+    return {d["_id"]: d["_source"] for d in backend.mget(alias, ids) if d.get("found")}
+
+
 def watermarks(backend: SearchBackend) -> dict[str, int]:
     """Applied watermarks, topic -> WAL position (empty before the job recorded one)."""
     return {
