@@ -33,6 +33,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(Path(__file__).resolve().parent)]  # tests.*, e2ebench.*
 
+from e2ebench.consumer_report import stage_names  # noqa: E402
 from e2ebench.ladder import StepPlan, run_step  # noqa: E402
 from e2ebench.load import MixedWorkload, load_rows  # noqa: E402
 from e2ebench.observe import process_tree  # noqa: E402
@@ -164,19 +165,30 @@ def run_variant(
 
 
 def render(steps: list[dict[str, Any]]) -> str:
-    names = sorted({n for s in steps for n in s["stages"].get("stage_mean_seconds", {})})
-    head = ["variant", "round", "batches", "rec/batch", "interval", "p50", "p99", *names]
+    """A row per variant, round and consumer of the log (each runs its own query)."""
+    names = stage_names(steps)
+    head = [
+        "variant",
+        "round",
+        "consumer",
+        "batches",
+        "rec/batch",
+        "interval",
+        "p50",
+        "p99",
+        *names,
+    ]
     lines = [" | ".join(head)]
     for step in steps:
-        stages = step["stages"]
-        means = stages.get("stage_mean_seconds", {})
-        latency = step["latency"].get("all", {})
-        row = [step["variant"], str(step["round"]), str(stages.get("batches", 0)),
-               f"{stages.get('records_per_batch', 0):.0f}",
-               str(stages.get("interval_mean_seconds")),
-               str(latency.get("p50")), str(latency.get("p99")),
-               *(f"{means.get(n, 0):.3f}" for n in names)]  # fmt: skip
-        lines.append(" | ".join(row))
+        for consumer, stages in step["stages"].items():
+            means = stages.get("stage_mean_seconds", {})
+            latency = step["latency"].get(consumer) or step["latency"].get("all", {})
+            row = [step["variant"], str(step["round"]), consumer, str(stages.get("batches", 0)),
+                   f"{stages.get('records_per_batch', 0):.0f}",
+                   str(stages.get("interval_mean_seconds")),
+                   str(latency.get("p50")), str(latency.get("p99")),
+                   *(f"{means[n]:.3f}" if n in means else "-" for n in names)]  # fmt: skip
+            lines.append(" | ".join(row))
     return "\n".join(lines)
 
 

@@ -25,7 +25,13 @@ from cdc_sync.mapping import MappingFile
 from cdc_sync.relations import DocumentSpec
 from cdc_sync.schema import RowSchema
 from cdc_sync.schema.catalog import ConverterModes, row_schema_from_catalog
-from e2ebench.load import PRODUCTS, MixedWorkload, load_rows, source_counts
+from e2ebench.load import (
+    PRODUCTS,
+    MixedWorkload,
+    insert_fanout_customer,
+    load_rows,
+    source_counts,
+)
 
 DOCUMENT = "shop_order_documents"  # the demo mapping's document index (mappings/shop.yaml)
 MAX_LINES = 5  # lines per order: 1 + id % 5
@@ -51,18 +57,7 @@ def load_document_rows(
     lines); the documents expected are counted with the spec's own filter."""
     load_rows(pg_url, customers, orders, products)
     with psycopg.connect(pg_url, autocommit=True) as conn:
-        row = conn.execute(
-            "INSERT INTO shop.customers (email, full_name, tier) "
-            "VALUES ('fanout@example.com', 'Fan Out', 'gold') RETURNING id"
-        ).fetchone()
-        assert row is not None
-        fanout_customer = int(row[0])
-        conn.execute(
-            "INSERT INTO shop.orders (customer_id, status, total, internal_note) "
-            "SELECT %s, 'new', (g %% 5000)::numeric / 10, 'not for search' "
-            "FROM generate_series(1, %s) g",
-            (fanout_customer, fanout),
-        )
+        fanout_customer = insert_fanout_customer(conn, fanout)
         # Line 1 of orders 1, 2, ... holds products 38, 39, ...: the probes' orders get
         # distinct products (docprobe.probe_targets checks it).
         conn.execute(

@@ -5,9 +5,10 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from e2ebench.load import MixedWorkload
 from e2ebench.observe import CpuTracker, batch_lines, stage_breakdown, tree_usage
@@ -25,6 +26,16 @@ class StepPlan:
     drain_timeout: float
 
 
+class StepParts(NamedTuple):
+    """What every step of a run shares, in run_step's order."""
+
+    workload: MixedWorkload
+    sampler: Sampler
+    job_pid: int
+    services: dict[str, int]
+    job_log: Path
+
+
 def run_step(
     plan: StepPlan,
     workload: MixedWorkload,
@@ -32,9 +43,14 @@ def run_step(
     job_pid: int,
     services: dict[str, int],
     job_log: Path,
+    during: Callable[[threading.Event], None] | None = None,
 ) -> dict[str, Any]:
+    """The workload at `plan.rate` while the sampler probes, then the drain probe. `during`:
+    more work running beside the workload until it ends (e2ebench.fanout's renames), given
+    the event that ends it."""
     stop = threading.Event()
     probing = threading.Thread(target=sampler.run, args=(plan.probe_interval, stop), daemon=True)
+    beside = None if during is None else threading.Thread(target=during, args=(stop,), daemon=True)
     rss: list[int] = []
     job_cpu = CpuTracker(job_pid)
     cpu_before = job_cpu.sample()
@@ -50,12 +66,16 @@ def run_step(
 
     writing = threading.Thread(target=write, daemon=True)
     writing.start()
+    if beside is not None:
+        beside.start()
     while writing.is_alive():
         rss.append(tree_usage(job_pid).rss_bytes)
         job_cpu.sample()
         writing.join(timeout=1.0)
     stop.set()
     probing.join()
+    if beside is not None:
+        beside.join()
     # Drain: one more probe, committed now, must show within the slack.
     final = sampler.drain_probe()
     drained_in = None
@@ -76,6 +96,8 @@ def run_step(
         "seconds": round(elapsed, 1),
         "drained_in_seconds": None if drained_in is None else round(drained_in, 2),
         "drains": drained_in is not None and drained_in <= plan.drain_slack,
+        # Per sink: which consumer held the drain (each runs on its own clock).
+        "drained_in_seconds_by_sink": {k: round(v, 2) for k, v in sorted(final.seen.items())},
         "latency": latency_summary(probes),
         "job_cpu_percent": round(100 * (job_cpu.sample() - cpu_before) / elapsed, 1),
         "job_rss_mb": {

@@ -49,6 +49,23 @@ def load_rows(pg_url: str, customers: int, orders: int, products: int = PRODUCTS
         return source_counts(conn)
 
 
+def insert_fanout_customer(conn: psycopg.Connection[Any], orders: int) -> int:
+    """A customer owning `orders` new orders of its own (a rename of it re-renders every one of
+    their documents); its id."""
+    row = conn.execute(
+        "INSERT INTO shop.customers (email, full_name, tier) "
+        "VALUES ('fanout@example.com', 'Fan Out', 'gold') RETURNING id"
+    ).fetchone()
+    assert row is not None
+    conn.execute(
+        "INSERT INTO shop.orders (customer_id, status, total, internal_note) "
+        "SELECT %s, 'new', (g %% 5000)::numeric / 10, 'not for search' "
+        "FROM generate_series(1, %s) g",
+        (int(row[0]), orders),
+    )
+    return int(row[0])
+
+
 def source_counts(conn: psycopg.Connection[Any]) -> dict[str, int]:
     counts: dict[str, int] = {}
     for table in TABLES:

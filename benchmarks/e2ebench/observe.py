@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import os
 import re
+import statistics
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime
@@ -130,13 +131,14 @@ def tree_usage(pid: int) -> Usage:
 
 
 # cdc_sync.job.settle.applier.BatchMetrics.summary(), after the logging prefix (cdc_sync.cli):
-# "<date> <time>,<ms> INFO cdc_sync.job.settle.applier: search batch 7: records=180 ... in 1.2s
-# (...)" (the consumer of the log first: job.consumers).
+# "<date> <time>,<ms> INFO cdc_sync.job.settle.applier: search batch 7: records=180 ...
+# documents=0 ... in 1.2s (...)" (the consumer of the log first: job.consumers).
 BATCH_LINE = re.compile(
     r"^(?P<when>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO cdc_sync\.job\.settle\.applier: "
     r"(?P<consumer>\S+) batch (?P<batch>\d+): records=(?P<records>\d+) .* "
     r"in (?P<seconds>[\d.]+)s \((?P<stages>.*)\)$"
 )
+DOCUMENTS = re.compile(r" documents=(\d+) ")
 STAGE = re.compile(r"(\w+):([\d.]+)s")
 # cdc_sync.job.observe.query_progress.progress_line: Spark's phases of the same batch, in
 # milliseconds.
@@ -155,23 +157,29 @@ class BatchLine:
     records: int
     applier_seconds: float
     stages: dict[str, float]
+    documents: int = 0  # documents rendered (a document consumer's batch)
 
 
 # Spark's phases between reading the end offsets and running `foreachBatch` (planning, the
 # offset log): a change the end offsets took in waits for these before any sink is written.
 SPARK_PLAN_PHASES = ("queryPlanning", "walCommit")
+# The stages Spark's progress line adds to a batch's (seconds): its own time outside
+# `foreachBatch` (what a batch holding no record costs it: end offsets, planning, offset and
+# commit logs), the part of it before `foreachBatch`, and the end offsets alone (the source's
+# `latestOffset`: what asks the broker, and may grow with its log).
+SPARK_STAGES = ("spark", "spark_plan", "latest_offset")
 
 
-def spark_overheads(text: str) -> dict[tuple[str, int], tuple[float, float]]:
-    """Per batch, the seconds Spark spent outside `foreachBatch` (end offsets, planning, offset
-    and commit logs): the part of a batch no sink or stage of the job accounts for; and the
-    part of them spent before `foreachBatch`."""
-    found: dict[int, tuple[float, float]] = {}
+def spark_overheads(text: str) -> dict[tuple[str, int], dict[str, float]]:
+    """Per (consumer, batch), Spark's own seconds of the batch (SPARK_STAGES)."""
+    found: dict[tuple[str, int], dict[str, float]] = {}
     for match in SPARK_LINE.finditer(text):
         phases = {name: int(ms) for name, ms in SPARK_PHASE.findall(match["phases"])}
-        outside = (int(match["total"]) - phases.get("addBatch", 0)) / 1000
-        before = sum(phases.get(name, 0) for name in SPARK_PLAN_PHASES) / 1000
-        found[(match["consumer"], int(match["batch"]))] = (outside, before)
+        found[(match["consumer"], int(match["batch"]))] = {
+            "spark": (int(match["total"]) - phases.get("addBatch", 0)) / 1000,
+            "spark_plan": sum(phases.get(name, 0) for name in SPARK_PLAN_PHASES) / 1000,
+            "latest_offset": phases.get("latestOffset", 0) / 1000,
+        }
     return found
 
 
@@ -184,9 +192,7 @@ def batch_lines(log: Path) -> list[BatchLine]:
         if match is None:
             continue
         stages = {name: float(secs) for name, secs in STAGE.findall(match["stages"])}
-        batch = (match["consumer"], int(match["batch"]))
-        if batch in spark:
-            stages["spark"], stages["spark_plan"] = spark[batch]
+        stages.update(spark.get((match["consumer"], int(match["batch"])), {}))
         when = datetime.strptime(match["when"], "%Y-%m-%d %H:%M:%S,%f")
         found.append(
             BatchLine(
@@ -196,29 +202,41 @@ def batch_lines(log: Path) -> list[BatchLine]:
                 int(match["records"]),
                 float(match["seconds"]),
                 stages,
+                int(documents[1]) if (documents := DOCUMENTS.search(line)) else 0,
             )
         )
     return found
 
 
-def stage_breakdown(lines: list[BatchLine], start: float, end: float) -> dict[str, Any]:
-    """Batches logged in [start, end): count, records, and mean seconds per stage per batch;
-    `interval` is the mean time between batch ends (trigger + planning + every stage)."""
-    window = [b for b in lines if start <= b.logged_at < end]
-    if not window:
-        return {"batches": 0}
-    totals: dict[str, float] = defaultdict(float)
+def stage_breakdown(lines: list[BatchLine], start: float, end: float) -> dict[str, dict[str, Any]]:
+    """Per consumer of the log, its batches logged in [start, end): count, records, mean,
+    median and max seconds per stage, `interval` (the mean time between its batch ends:
+    trigger, Spark's bookkeeping and every stage). A stage's figures are over the batches that
+    ran it (a batch of heartbeats alone writes no sink), beside how many did
+    (`stage_batches`)."""
+    by_consumer: dict[str, list[BatchLine]] = defaultdict(list)
+    for b in lines:
+        if start <= b.logged_at < end:
+            by_consumer[b.consumer].append(b)
+    return {name: _breakdown(window) for name, window in sorted(by_consumer.items())}
+
+
+def _breakdown(window: list[BatchLine]) -> dict[str, Any]:
+    ran: dict[str, list[float]] = defaultdict(list)
     for b in window:
         for name, secs in b.stages.items():
-            totals[name] += secs
+            ran[name].append(secs)
     gaps = [b.logged_at - a.logged_at for a, b in itertools.pairwise(window)]
-    return {
+    found = {
         "batches": len(window),
         "records_per_batch": sum(b.records for b in window) / len(window),
         "max_records": max(b.records for b in window),
-        "stage_mean_seconds": {n: round(t / len(window), 3) for n, t in totals.items()},
-        "stage_max_seconds": {
-            n: round(max(b.stages.get(n, 0.0) for b in window), 3) for n in totals
-        },
+        "stage_mean_seconds": {n: round(sum(s) / len(s), 3) for n, s in ran.items()},
+        "stage_median_seconds": {n: round(statistics.median(s), 3) for n, s in ran.items()},
+        "stage_max_seconds": {n: round(max(s), 3) for n, s in ran.items()},
+        "stage_batches": {n: len(s) for n, s in ran.items()},
         "interval_mean_seconds": round(sum(gaps) / len(gaps), 3) if gaps else None,
     }
+    if any(b.documents for b in window):
+        found["documents"] = sum(b.documents for b in window)
+    return found

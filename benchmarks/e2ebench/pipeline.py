@@ -19,6 +19,7 @@ from cdc_sync.connectors.engine import CaptureEngine
 from cdc_sync.core.settings import Connections
 from cdc_sync.mapping import MappingFile
 from cdc_sync.sinks.search.backends import SearchBackend, open_backend
+from tests.adversarial.child import ChildProcess
 from tests.adversarial.pipeline import JobProcess, job_environment
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -96,11 +97,17 @@ class SinkCounter:
         except TableNotFoundError:
             return 0
 
-    def wait_all(self, expected: int, timeout: float, started: float) -> dict[str, float]:
-        """Seconds from `started` until each sink holds `expected` rows."""
+    def wait_all(
+        self, expected: int, timeout: float, started: float, job: ChildProcess | None = None
+    ) -> dict[str, float]:
+        """Seconds from `started` until each sink holds `expected` rows; raises at once when
+        `job` (the one writing them) has exited, with its log's tail, rather than after
+        `timeout`."""
         reached: dict[str, float] = {}
         deadline = time.monotonic() + timeout
         while len(reached) < 3:
+            if job is not None:
+                job.raise_if_dead()
             for sink, count in self.counts().items():
                 if sink not in reached and count >= expected:
                     reached[sink] = time.monotonic() - started

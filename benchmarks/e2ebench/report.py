@@ -1,9 +1,12 @@
-"""The printed table, the targets of issue 9 beside the figures, and the JSON document."""
+"""The targets of issue 9 beside the figures, the bounds a run's figures prove, and the helpers
+of the printed tables (e2ebench.printout prints the page)."""
 
 from __future__ import annotations
 
 import statistics
 from typing import Any
+
+from e2ebench.floors import all_sinks_floor
 
 SINKS = ("search", "redis", "delta")
 
@@ -69,32 +72,6 @@ def cpu_budget(
     }
 
 
-def freshness_floor(stages: dict[str, Any]) -> dict[str, Any] | None:
-    """The median commit -> visible-in-every-sink a step's fixed per-batch costs alone imply.
-
-    Batches run back to back; a batch takes at least Spark's bookkeeping (`spark`: end offsets,
-    planning, offset log, commit log) plus the Delta commit, which every batch with changes pays
-    whatever it holds. A change reaches Kafka at a random moment of the cycle between two
-    reads of the end offsets (waiting half a batch for the next read, on median) and is visible
-    in Delta once that batch has planned (`spark_plan`: planning, offset log) and committed
-    Delta. Decode, the row writes and capture only add."""
-    means = stages.get("stage_mean_seconds", {})
-    if not {"spark", "spark_plan", "delta"} <= means.keys():
-        return None
-    batch = means["spark"] + means["delta"]
-    p50 = batch / 2 + means["spark_plan"] + means["delta"]
-    return {
-        "batch_floor_seconds": round(batch, 3),
-        "p50_floor_seconds": round(p50, 3),
-        "verdict": (
-            f"p50 >= {p50:.2f} s from Spark's bookkeeping ({means['spark']:.2f} s a batch, "
-            f"{means['spark_plan']:.2f} s of it after reading the end offsets and before the "
-            "batch) and the Delta commit "
-            f"({means['delta']:.2f} s) alone"
-        ),
-    }
-
-
 def _drain_target(
     result: dict[str, Any], steps: list[dict[str, Any]], ceiling: float, ceiling_name: str
 ) -> dict[str, Any]:
@@ -106,20 +83,20 @@ def _drain_target(
         f"{ceiling:.1f}/s), p99 <= 3 s there",
         "figure": (
             f"{best['achieved_rate']:.0f} changes/s = {best['achieved_rate'] / ceiling:.2f} x, "
-            f"p99 {_ms(p99)} s"
+            f"p99 {seconds_text(p99)} s"
             if best is not None
             else "no step drained"
         ),
         "met": best is not None and best["achieved_rate"] >= 0.5 * ceiling
         and p99 is not None and p99 <= 3.0,
     }  # fmt: skip
-    stalls = _stall_wait(result["raw"], 3.0)
+    stalls = stall_wait(result["raw"], 3.0)
     if stalls:
         target["bound"] = {"verdict": stalls.removeprefix("; ")}
     return target
 
 
-def _stall_wait(raw: dict[str, Any], p99_target: float) -> str:
+def stall_wait(raw: dict[str, Any], p99_target: float) -> str:
     """A clause saying the search server's own re-index stalls exceed a p99 target, if so."""
     wait = raw.get("search_update_bulks", {}).get("p99_wait_seconds")
     if wait is None or wait <= p99_target:
@@ -147,7 +124,8 @@ def cell(value: Any) -> str:
     return f"{value:.{digits}f}"
 
 
-def _ms(value: float | None) -> str:
+def seconds_text(value: float | None) -> str:
+    """Seconds with two decimals, "-" for none."""
     return "-" if value is None else f"{value:.2f}"
 
 
@@ -206,11 +184,11 @@ def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
         lat = at_100["latency"]["all"]
         found.append({
             "target": "100 changes/s: all sinks p50 <= 0.5 s, p99 <= 1.5 s",
-            "figure": f"p50 {_ms(lat['p50'])} s, p99 {_ms(lat['p99'])} s",
+            "figure": f"p50 {seconds_text(lat['p50'])} s, p99 {seconds_text(lat['p99'])} s",
             "met": lat["p50"] is not None and lat["p50"] <= 0.5 and lat["p99"] <= 1.5,
         })  # fmt: skip
-        floor = freshness_floor(at_100.get("stages", {}))
-        stalls = _stall_wait(result["raw"], 1.5)
+        floor = all_sinks_floor(at_100.get("stages", {}))
+        stalls = stall_wait(result["raw"], 1.5)
         if floor is not None:
             found[-1]["bound"] = floor | {"verdict": floor["verdict"] + stalls}
         elif stalls:
@@ -226,120 +204,3 @@ def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
             "met": abs(soak["drift_percent"]) <= 10,
         })  # fmt: skip
     return found
-
-
-def render(result: dict[str, Any]) -> str:
-    raw = result["raw"]["rows_per_second"]
-    lines = [f"cdc-sync end-to-end benchmark {result['started']} ({result['machine']})", ""]
-    lines += [f"rows: {result['rows']}", ""]
-    lines += [
-        "raw search re-index of existing documents (10 per bulk), in steady state after "
-        f"{result['raw'].get('search_update_warmup_seconds', 0.0):.1f} s of warm-up: "
-        f"{result['raw']['search_updates_per_second']:.1f} docs/s",
-    ]
-    bulks = result["raw"].get("search_update_bulks")
-    if bulks:
-        lines.append(
-            f"  its {bulks['count']} bulks took up to {bulks['max_seconds']:.2f} s: while it is "
-            "kept busy so, a write arriving at a random moment waits on the server alone, p95 >= "
-            f"{bulks['p95_wait_seconds']:.2f} s, p99 >= {bulks['p99_wait_seconds']:.2f} s"
-        )
-    lines.append("")
-    initial = result.get("initial_sync", {})
-    lines += table(
-        ["sink", "raw rows/s", "initial sync s", "initial rows/s", "x raw"],
-        [
-            [
-                sink,
-                f"{raw[sink]:.0f}",
-                f"{initial['seconds'][sink]:.1f}" if initial else "-",
-                f"{initial['rows_per_second'][sink]:.0f}" if initial else "-",
-                f"{initial['rows_per_second'][sink] / raw[sink]:.2f}" if initial else "-",
-            ]
-            for sink in SINKS
-        ],
-    )
-    steps = result.get("streaming", [])
-    if steps:
-        lines += ["", "streaming: commit -> visible seconds (p50/p95/p99) per sink"]
-        rows = []
-        for s in steps:
-            lat = s["latency"]
-            cells = [
-                f"{s['target_rate']:.0f}",
-                f"{s['achieved_rate']:.0f}",
-                f"{lat['probes']}",
-            ]
-            for sink in (*SINKS, "all"):
-                p = lat[sink]
-                cells.append(f"{_ms(p['p50'])}/{_ms(p['p95'])}/{_ms(p['p99'])}")
-            cells += [
-                "yes" if s["drains"] else f"no ({s['drained_in_seconds']})",
-                f"{s['job_cpu_percent']:.0f}%",
-                f"{s['job_rss_mb']['max']}",
-                f"{s['service_cpu_percent'].get('search', 0):.0f}%",
-            ]
-            rows.append(cells)
-        lines += table(
-            ["rate", "achieved", "probes", *SINKS, "all", "drains", "job cpu", "rss MB",
-             "search cpu"],
-            rows,
-        )  # fmt: skip
-        lines += ["", "stage breakdown per batch (mean seconds; max in brackets)"]
-        names = sorted({n for s in steps for n in s["stages"].get("stage_mean_seconds", {})})
-        rows = []
-        for s in steps:
-            st = s["stages"]
-            if not st.get("batches"):
-                rows.append([f"{s['target_rate']:.0f}", "0", "-", "-"] + ["-"] * len(names))
-                continue
-            rows.append(
-                [
-                    f"{s['target_rate']:.0f}",
-                    str(st["batches"]),
-                    f"{st['records_per_batch']:.0f}",
-                    _ms(st["interval_mean_seconds"]),
-                ]
-                + [
-                    f"{st['stage_mean_seconds'].get(n, 0):.2f} ({st['stage_max_seconds'][n]:.2f})"
-                    for n in names
-                ]
-            )
-        lines += table(["rate", "batches", "records/batch", "interval", *names], rows)
-    if initial.get("cpu_seconds"):
-        lines += ["", *_cpu_lines(initial, result["targets"])]
-    lines += ["", "targets (issue 9)"]
-    lines += table(
-        ["target", "figure", "met"],
-        [[t["target"], t["figure"], "yes" if t["met"] else "NO"] for t in result["targets"]],
-    )
-    lines += [
-        f"  bound of '{t['target']}': {t['bound']['verdict']}"
-        for t in result["targets"]
-        if not t["met"] and "bound" in t
-    ]
-    return "\n".join(lines)
-
-
-def _cpu_lines(initial: dict[str, Any], found: list[dict[str, Any]]) -> list[str]:
-    cpu = initial["cpu_seconds"]
-    parts = {name: secs for name, secs in cpu.items() if name.startswith("job: ")}
-    whole = {name: secs for name, secs in cpu.items() if name not in parts}
-    lines = [
-        f"initial sync CPU seconds ({initial['cores']} cores): "
-        + ", ".join(f"{n} {secs:.1f}" for n, secs in sorted(whole.items(), key=lambda i: -i[1]))
-    ]
-    if parts:
-        lines.append("  the job's: " + ", ".join(f"{n[5:]} {s:.1f}" for n, s in parts.items()))
-    bound = next((t["bound"] for t in found if "bound" in t), None)
-    if bound is not None:
-        lines.append(
-            f"  machine busy {bound['busy_percent']:.0f}%; this work needs >= "
-            f"{bound['floor_seconds']:.1f} s on these cores, the pipeline without the job "
-            f"(search at its raw CPU cost) >= {bound['floor_without_job_seconds']:.1f} s; "
-            "the 0.8 x target is "
-            f"{bound['target_seconds']:.1f} s, leaving the job "
-            f"{bound['job_budget_cpu_seconds']:.1f} CPU s (it spent {cpu['job']:.1f})"
-        )
-        lines.append(f"  bound: {bound['verdict']}")
-    return lines

@@ -3,19 +3,23 @@ with several probes in flight so a lagging job still yields samples).
 
 Every `interval` seconds a probe writes a unique marker into `full_name` of one of the first
 `rows` customers (a row whose previous probe was seen everywhere) and commits (row `rows` + 1
-is the drain probe's); one loop polls
-every pending probe in each sink: search by `_mget`, Redis by a pipelined HGET, Delta by one
-filtered read of the table (less often: each read replays the table's log). `sinks` narrows
+is the drain probe's); each sink is polled on a thread of its own (each has its own consumer
+of the log: a slow answer of one must not delay what is seen in the others) for every probe
+it has not shown yet: search by `_mget`, Redis by a pipelined HGET, Delta by one filtered read
+of the table (less often: each read replays the table's log). `sinks` narrows
 the sinks polled and `search_index` reads another index (bench_pgsync: pgsync's, search only).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import statistics
 import threading
 import time
 import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +33,8 @@ from deltalake.exceptions import TableNotFoundError
 from cdc_sync.core.model import TableId
 from cdc_sync.core.settings import Connections
 from cdc_sync.mapping import MappingFile
+from cdc_sync.sinks.redis.client import is_transient as cache_transient
+from cdc_sync.sinks.search.backends import is_transient as search_transient
 from cdc_sync.sinks.search.backends import open_backend
 
 TABLE = TableId("shop", "customers")
@@ -36,6 +42,8 @@ COLUMN = "full_name"
 POLL_SECONDS = 0.025
 DELTA_POLL_SECONDS = 0.1
 SINKS = ("search", "redis", "delta")
+TRANSIENT = {"search": search_transient, "redis": cache_transient, "delta": lambda _: False}
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -74,7 +82,6 @@ class Sampler:
         unknown = set(sinks) - set(SINKS)
         if unknown or not sinks:
             raise ValueError(f"sampler sinks {sinks}: expected some of {SINKS}")
-        self.sinks = sinks
         self.alias = search_index or route.search.index
         self.cache_route = route.cache
         self.search = open_backend(connections.search_client, connections.require("search_url"))
@@ -88,11 +95,17 @@ class Sampler:
             else None
         )
         self.pg = psycopg.connect(connections.require("pg_url"), autocommit=True)
+        self._init_probes(sinks, rows)
+
+    def _init_probes(self, sinks: tuple[str, ...], rows: int) -> None:
+        """No probe yet, on `rows` rows, polled in `sinks`."""
+        self.sinks = sinks
         self.rows = rows
         self.probes: list[Probe] = []
         self._busy: dict[int, Probe] = {}
         self._next_row = 0
-        self._delta_polled = 0.0
+        # The probing thread adds probes, each sink's poller marks and retires them.
+        self._lock = threading.Lock()
 
     # -- probes --------------------------------------------------------------------------------
 
@@ -101,7 +114,9 @@ class Sampler:
         for _ in range(self.rows):
             row_id = self._next_row % self.rows + 1
             self._next_row += 1
-            if row_id not in self._busy:
+            with self._lock:
+                free = row_id not in self._busy
+            if free:
                 return self._probe(row_id)
         return None
 
@@ -113,8 +128,9 @@ class Sampler:
         marker = self._marker(row_id)
         self._write(row_id, marker)
         probe = Probe(row_id, marker, time.monotonic(), sinks=self.sinks)
-        self.probes.append(probe)
-        self._busy[row_id] = probe
+        with self._lock:
+            self.probes.append(probe)
+            self._busy[row_id] = probe
         return probe
 
     # What a probe writes and where: overridden by samplers that probe other rows
@@ -127,30 +143,35 @@ class Sampler:
             f"UPDATE {TABLE} SET {COLUMN} = %s WHERE id = %s".encode(), (marker, row_id)
         )
 
-    def poll(self) -> None:
-        pending = list(self._busy.values())
-        if not pending:
-            return
-        now = time.monotonic()
-        if "search" in self.sinks:
-            self._check("search", pending, self._search_values, now)
-        if "redis" in self.sinks:
-            self._check("redis", pending, self._cache_values, now)
-        if "delta" in self.sinks and now - self._delta_polled >= DELTA_POLL_SECONDS:
-            self._delta_polled = now
-            self._check("delta", pending, self._delta_values, now)
-        for probe in pending:
-            if probe.done:
-                del self._busy[probe.row_id]
-
-    def _check(self, sink: str, pending: list[Probe], read: Any, now: float) -> None:
-        waiting = [p for p in pending if sink not in p.seen]
+    def poll_sink(self, sink: str) -> None:
+        """One read of `sink` for every probe not seen there yet; a probe seen is timed at the
+        read's start. Each sink is polled on a thread of its own (`_polling`): every sink has
+        its own consumer of the log, and a slow answer of one must not delay what the sampler
+        sees in the others."""
+        with self._lock:
+            waiting = [p for p in self._busy.values() if sink not in p.seen]
         if not waiting:
             return
-        values = read([p.row_id for p in waiting])
-        for probe in waiting:
-            if values.get(probe.row_id) == probe.marker:
-                probe.seen[sink] = now - probe.committed
+        now = time.monotonic()
+        try:
+            values = self._reads()[sink]([p.row_id for p in waiting])
+        except Exception as exc:
+            # A busy server's slow answer (a document fan-out keeps search busy): the probes
+            # wait for the next read, whose time is what they are measured at.
+            if not TRANSIENT[sink](exc):
+                raise
+            log.info("sampler: %s read %s; polling again", sink, type(exc).__name__)
+            return
+        with self._lock:
+            for probe in waiting:
+                if values.get(probe.row_id) == probe.marker:
+                    probe.seen[sink] = now - probe.committed
+                if probe.done:
+                    self._busy.pop(probe.row_id, None)
+
+    def _reads(self) -> dict[str, Callable[[list[int]], dict[int, Any]]]:
+        return {"search": self._search_values, "redis": self._cache_values,
+                "delta": self._delta_values}  # fmt: skip
 
     def _search_values(self, ids: list[int]) -> dict[int, Any]:
         docs = self.search.mget(self.alias, [str(i) for i in ids])
@@ -180,28 +201,50 @@ class Sampler:
     # -- running -------------------------------------------------------------------------------
 
     def run(self, interval: float, stop: threading.Event) -> None:
-        """Probe every `interval` seconds and poll, until `stop`."""
-        next_probe = time.monotonic()
-        while not stop.is_set():
-            if time.monotonic() >= next_probe:
+        """Probe every `interval` seconds while every sink is polled, until `stop`."""
+        with self._polling():
+            next_probe = time.monotonic()
+            while not stop.is_set():
                 self.commit_probe()
                 next_probe += interval
-            self.poll()
-            time.sleep(POLL_SECONDS)
+                stop.wait(max(0.0, next_probe - time.monotonic()))
 
     def wait_visible(self, probe: Probe, timeout: float) -> bool:
         """Poll until `probe` is seen in every sink; False on timeout."""
         deadline = time.monotonic() + timeout
-        while not probe.done:
-            if time.monotonic() > deadline:
-                return False
-            self.poll()
-            time.sleep(POLL_SECONDS)
-        return True
+        with self._polling():
+            while not probe.done and time.monotonic() < deadline:
+                time.sleep(POLL_SECONDS)
+        return probe.done
+
+    @contextmanager
+    def _polling(self) -> Iterator[None]:
+        """Every sink polled on a thread of its own while the block runs."""
+        stop = threading.Event()
+        pollers = [
+            threading.Thread(target=self._poll_loop, args=(sink, stop), daemon=True)
+            for sink in self.sinks
+        ]
+        for poller in pollers:
+            poller.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            for poller in pollers:
+                poller.join()
+
+    def _poll_loop(self, sink: str, stop: threading.Event) -> None:
+        # Each Delta read replays the table's log: less often.
+        pause = DELTA_POLL_SECONDS if sink == "delta" else POLL_SECONDS
+        while not stop.is_set():
+            self.poll_sink(sink)
+            stop.wait(pause)
 
     def take(self) -> list[Probe]:
         """The probes so far (resolved or not), and start a new set."""
-        taken, self.probes = self.probes, []
+        with self._lock:
+            taken, self.probes = self.probes, []
         return taken
 
     def close(self) -> None:

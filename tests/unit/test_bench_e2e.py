@@ -1,12 +1,14 @@
-"""The end-to-end benchmark's pure parts: it reads the job's per-batch log line (so a change to
-`BatchMetrics.summary()` must keep the benchmark's stage breakdown working), percentiles, and
-the issue-9 targets it prints."""
+"""The end-to-end benchmark's pure parts: it reads the job's per-batch log lines, one consumer
+of the log at a time (so a change to `BatchMetrics.summary()` must keep the benchmark's stage
+breakdown working), percentiles, each consumer's freshness floor, and the targets of issue 9
+and issue 28 it prints (the fan-out and growth comparisons: test_bench_e2e_comparisons.py)."""
 
 from __future__ import annotations
 
 import logging
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -19,11 +21,14 @@ from cdc_sync.job.settle.applier import BatchMetrics
 from cdc_sync.sinks.base import WriteResult
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+from e2ebench.floors import all_sinks_floor, consumer_floor
 from e2ebench.ladder import rate_ladder
 from e2ebench.observe import CpuTracker, batch_lines, process_tree, stage_breakdown, tree_usage
+from e2ebench.printout import render
 from e2ebench.raw import wait_quantile
-from e2ebench.report import freshness_floor, rss_drift, targets
-from e2ebench.sampler import percentiles
+from e2ebench.report import rss_drift, targets
+from e2ebench.sampler import Sampler, percentiles
+from e2ebench.sink_targets import clock_targets
 
 pytestmark = pytest.mark.unit
 
@@ -39,34 +44,60 @@ def job_log_line(metrics: BatchMetrics) -> str:
 
 def test_batch_line_of_the_job_log_is_parsed_with_every_stage(tmp_path: Path) -> None:
     metrics = BatchMetrics(7, records=180, changes=170, compacted=160, seconds=1.25)
+    metrics.consumer = "search"
     metrics.sinks["search"] = WriteResult(applied=150, fenced=10)
     metrics.stages.update({"decode": 0.4, "fold": 0.3, "fill": 0.02, "search": 0.5})
+    documents = BatchMetrics(3, records=2, documents=10000, seconds=9.5)
+    documents.consumer = "documents:shop_order_documents"
+    documents.stages.update({"decode": 0.1, "documents": 9.4})
     log = tmp_path / "job.log"
-    log.write_text(f"noise\n{job_log_line(metrics)}\nmore noise\n")
+    log.write_text(f"noise\n{job_log_line(metrics)}\nmore noise\n{job_log_line(documents)}\n")
 
-    [line] = batch_lines(log)
+    line, document_line = batch_lines(log)
 
-    assert (line.batch, line.records, line.applier_seconds) == (7, 180, 1.25)
+    assert (line.consumer, line.batch, line.records, line.applier_seconds) == (
+        "search",
+        7,
+        180,
+        1.25,
+    )
     assert line.stages == {"decode": 0.4, "fold": 0.3, "fill": 0.02, "search": 0.5}
+    assert line.documents == 0
     assert abs(line.logged_at - time.time()) < 60
+    assert document_line.consumer == "documents:shop_order_documents"
+    assert document_line.documents == 10000
 
 
-def test_stage_breakdown_averages_the_batches_of_a_window(tmp_path: Path) -> None:
+def consumer_batch(consumer: str, batch: int, records: int, **stages: float) -> str:
+    metrics = BatchMetrics(batch, records=records, seconds=sum(stages.values()))
+    metrics.consumer = consumer
+    metrics.stages.update(stages)
+    return job_log_line(metrics)
+
+
+def test_stage_breakdown_keeps_each_consumer_of_the_log_apart(tmp_path: Path) -> None:
+    # Each consumer runs its own query: its batches, records and stages are its own. Redis's
+    # batch 2 holds a heartbeat alone and writes no sink: its write's mean is over batch 1.
     log = tmp_path / "job.log"
-    lines = []
-    for batch, search in ((1, 1.0), (2, 3.0)):
-        metrics = BatchMetrics(batch, records=100 * batch, seconds=search)
-        metrics.stages.update({"decode": 0.5, "search": search})
-        lines.append(job_log_line(metrics))
-    log.write_text("\n".join(lines) + "\n")
+    log.write_text("\n".join([
+        consumer_batch("search", 1, 100, decode=0.5, search=1.0),
+        consumer_batch("redis", 1, 100, decode=0.3, redis=0.02),
+        consumer_batch("search", 2, 200, decode=0.5, search=3.0),
+        consumer_batch("redis", 2, 1, decode=0.1),
+        consumer_batch("delta", 1, 300, decode=0.6, delta=0.2),
+    ]) + "\n")  # fmt: skip
 
     breakdown = stage_breakdown(batch_lines(log), time.time() - 60, time.time() + 60)
 
-    assert breakdown["batches"] == 2
-    assert breakdown["records_per_batch"] == 150
-    assert breakdown["stage_mean_seconds"] == {"decode": 0.5, "search": 2.0}
-    assert breakdown["stage_max_seconds"]["search"] == 3.0
-    assert stage_breakdown(batch_lines(log), 0, 1) == {"batches": 0}
+    assert sorted(breakdown) == ["delta", "redis", "search"]
+    search, redis = breakdown["search"], breakdown["redis"]
+    assert (search["batches"], search["records_per_batch"]) == (2, 150)
+    assert search["stage_mean_seconds"] == {"decode": 0.5, "search": 2.0}
+    assert search["stage_max_seconds"]["search"] == 3.0
+    assert redis["stage_mean_seconds"]["redis"] == 0.02  # not diluted by the heartbeat batch
+    assert redis["stage_batches"] == {"decode": 2, "redis": 1}
+    assert breakdown["delta"]["interval_mean_seconds"] is None  # one batch: no interval
+    assert stage_breakdown(batch_lines(log), 0, 1) == {}
 
 
 def test_percentiles() -> None:
@@ -180,36 +211,69 @@ def test_the_initial_syncs_cpu_says_when_no_job_could_meet_the_target() -> None:
     assert bound["verdict"].startswith("no Spark job")  # its JVM alone spent 7 CPU s
 
 
-def test_sparks_phases_of_a_batch_and_the_freshness_floor_they_imply(tmp_path: Path) -> None:
-    metrics = BatchMetrics(4, records=60, seconds=0.3)
-    metrics.stages.update({"decode": 0.1, "delta": 0.2})
-    progress = SimpleNamespace(
-        batchId=4,
-        durationMs={"triggerExecution": 600, "latestOffset": 80, "queryPlanning": 10,
-                    "walCommit": 70, "addBatch": 350, "commitOffsets": 90},
-    )  # fmt: skip
-    spark = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s").format(
+def spark_line(consumer: str, batch: int, **durations: int) -> str:
+    """Spark's progress line of a batch as the job logs it (job.observe.query_progress)."""
+    progress = SimpleNamespace(batchId=batch, durationMs=durations)
+    return logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s").format(
         logging.LogRecord("cdc_sync.job.observe.query_progress", logging.INFO, __file__, 1, "%s",
-                          (progress_line(progress),), None)
+                          (progress_line(progress, consumer),), None)
     )  # fmt: skip
+
+
+def test_sparks_phases_of_a_batch_and_the_freshness_floor_they_imply(tmp_path: Path) -> None:
     log = tmp_path / "job.log"
-    log.write_text(f"{job_log_line(metrics)}\n{spark}\n")
+    log.write_text("\n".join([
+        consumer_batch("delta", 4, 60, decode=0.1, delta=0.2),
+        spark_line("delta", 4, triggerExecution=600, latestOffset=80, queryPlanning=10,
+                   walCommit=70, addBatch=350, commitOffsets=90),
+        # Another consumer's batch of the same number: its own phases.
+        consumer_batch("search", 4, 60, decode=0.1, search=0.05),
+        spark_line("search", 4, triggerExecution=300, latestOffset=20, queryPlanning=10,
+                   walCommit=30, addBatch=200, commitOffsets=40),
+    ]) + "\n")  # fmt: skip
 
-    [line] = batch_lines(log)
-    assert line.stages["spark"] == 0.25 and line.stages["spark_plan"] == 0.08
+    delta, search = batch_lines(log)
+    assert delta.stages["spark"] == 0.25 and delta.stages["spark_plan"] == 0.08
+    assert delta.stages["latest_offset"] == 0.08
+    assert search.stages["spark"] == 0.1 and search.stages["latest_offset"] == 0.02
 
-    stages = stage_breakdown([line], time.time() - 60, time.time() + 60)
-    floor = freshness_floor(stages)
+    stages = stage_breakdown([delta, search], time.time() - 60, time.time() + 60)
+    floor = consumer_floor("delta", stages["delta"])
     assert floor is not None
-    # A batch takes >= 0.25 + 0.2 s; a change waits half of one, then planning and Delta.
+    # A batch takes >= 0.25 + 0.2 s; a change waits half of one (99% of one at p99), then
+    # planning and the Delta commit.
     assert floor["batch_floor_seconds"] == 0.45
     assert floor["p50_floor_seconds"] == 0.505  # 0.225 + 0.08 + 0.2
+    assert floor["p99_floor_seconds"] == 0.726  # 0.4455 + 0.08 + 0.2
+    search_floor = consumer_floor("search", stages["search"])
+    assert search_floor is not None and search_floor["p50_floor_seconds"] == 0.165
+    # Visible in every sink: at least the slowest sink's floor.
+    assert all_sinks_floor(stages) == floor
     result = {
         "raw": {"rows_per_second": {"search": 900.0}, "search_updates_per_second": 500.0},
         "streaming": [step(100, 0.7, 1.9, True) | {"stages": stages}],
     }
     at_100 = target(result, "100")
-    assert not at_100["met"] and at_100["bound"] == floor
+    assert not at_100["met"] and at_100["bound"]["p50_floor_seconds"] == 0.505
+
+
+def test_a_consumer_floor_rests_on_medians_not_on_one_stall(tmp_path: Path) -> None:
+    log = tmp_path / "job.log"
+    lines = []
+    for batch, took in enumerate([0.05, 0.06, 0.05, 12.0, 0.04]):  # one search stall
+        lines += [
+            consumer_batch("search", batch, 10, decode=0.05, search=took),
+            spark_line("search", batch, triggerExecution=300, latestOffset=20, queryPlanning=10,
+                       walCommit=30, addBatch=100, commitOffsets=40),
+        ]  # fmt: skip
+    log.write_text("\n".join(lines) + "\n")
+
+    stages = stage_breakdown(batch_lines(log), time.time() - 60, time.time() + 60)
+    floor = consumer_floor("search", stages["search"])
+
+    assert floor is not None and floor["write_seconds"] == 0.05
+    assert stages["search"]["stage_mean_seconds"]["search"] == 2.44  # the mean is the stall's
+    assert consumer_floor("redis", stages.get("redis", {})) is None
 
 
 def test_the_ladder_tries_the_drain_target_and_100_per_s_is_bounded_by_a_slower_server() -> None:
@@ -274,3 +338,173 @@ def test_the_cpu_of_a_worker_that_exited_unreaped_stays_counted(tmp_path: Path) 
     finally:
         parent.kill()
         parent.wait()
+
+
+def breakdown(**means: float) -> dict[str, Any]:
+    """One consumer's stage breakdown in a step, its medians and maxima its means."""
+    return {"batches": 3, "records_per_batch": 10.0, "interval_mean_seconds": 0.4,
+            "stage_mean_seconds": means, "stage_median_seconds": means,
+            "stage_max_seconds": means}  # fmt: skip
+
+
+def printable(result: dict[str, Any]) -> dict[str, Any]:
+    """`result` with what the printed page reads beside the figures a test sets."""
+    for s in result["streaming"]:
+        s.setdefault("job_cpu_percent", 10.0)
+        s.setdefault("job_rss_mb", {"max": 900})
+        s.setdefault("service_cpu_percent", {})
+        for sink in ("search", "redis", "delta"):
+            s["latency"].setdefault(sink, s["latency"]["all"])
+        s["latency"].setdefault("probes", 40)
+    result = {"started": "now", "machine": "here", "rows": {}} | result
+    result["targets"] = targets(result)
+    return result
+
+
+def test_the_stage_table_shows_a_stage_that_only_some_steps_ran() -> None:
+    # A TRUNCATE in the first step's window, none in the second's: the second's cell is "-".
+    result = printable({
+        "raw": raw_rates(900.0, 9000.0, 90000.0, updates=300.0),
+        "streaming": [
+            step(20, 0.4, 0.8, True) | {"stages": {"search": breakdown(decode=0.1, truncate=0.03)}},
+            step(100, 0.5, 0.9, True) | {"stages": {"search": breakdown(decode=0.2)}},
+        ],
+    })  # fmt: skip
+
+    text = render(result)
+
+    [row_100] = [line for line in text.splitlines() if line.startswith("100 ") and "0.20" in line]
+    assert row_100.split()[-1] == "-"
+
+
+def sink_step(
+    rate: float, latency: dict[str, tuple[float, float]], drains: bool = True
+) -> dict[str, Any]:
+    """A step with p50/p99 per sink (`{"search": (p50, p99)}`; "all": the slowest of them)."""
+    cuts = {s: {"p50": a, "p95": b, "p99": b, "max": b} for s, (a, b) in latency.items()}
+    cuts["all"] = {q: max(c[q] for c in cuts.values()) for q in ("p50", "p95", "p99", "max")}
+    return {"target_rate": rate, "achieved_rate": rate, "drains": drains, "drained_in_seconds": 1.0,
+            "latency": cuts, "stages": {}}  # fmt: skip
+
+
+def clock_target(result: dict[str, Any], text: str) -> dict[str, Any]:
+    return next(t for t in clock_targets(result) if t["target"].startswith(text))
+
+
+def test_issue_28s_targets_per_sink_and_the_initial_sync_against_the_last_run() -> None:
+    fast = {"search": (0.2, 0.45), "redis": (0.1, 0.3), "delta": (0.8, 1.4)}
+    result = {
+        "options": {"rates": [20.0, 100.0, 300.0, 1000.0]},
+        "raw": raw_rates(3000.0, 100000.0, 1000000.0, updates=1500.0),
+        "initial_sync": {
+            "rows": 55600,
+            "all_sinks_rows_per_second": 1100.0,
+            "rows_per_second": {"search": 1100.0, "redis": 1200.0, "delta": 1250.0},
+        },
+        "streaming": [
+            sink_step(20, fast),
+            sink_step(100, fast),
+            sink_step(300, {"search": (0.9, 1.9), "redis": (0.3, 0.6), "delta": (1.0, 1.8)}),
+            sink_step(1000, {"search": (5.0, 9.0), "redis": (1.0, 2.0), "delta": (2.0, 4.0)}),
+        ],
+    }
+
+    found = clock_targets(result)
+
+    assert all(t["met"] for t in found), [t for t in found if not t["met"]]
+    assert [t["target"].split(":")[0] for t in found[1:]] == [
+        *["20 changes/s"] * 3, *["100 changes/s"] * 3, "300 changes/s", "1000 changes/s drains"
+    ]  # fmt: skip
+    initial = found[0]
+    assert "1,004 rows/s" in initial["target"]
+    assert "1100 rows/s = 0.37 x the slowest raw (search 3000/s)" in initial["figure"]
+    assert "delta 1250, redis 1200, search 1100" in initial["figure"]
+
+
+def test_a_missed_latency_target_names_the_consumers_floor_and_whether_it_proves_it() -> None:
+    # Search's batches: Spark 0.3 s each, the search write 0.2 s: its p50 cannot go below
+    # 0.25 + 0.1 + 0.2 = 0.55 s, above the 0.25 s target. Redis's floor is far below its target:
+    # its miss is the consumer's other work, not its floor.
+    stages = {
+        "search": breakdown(spark=0.3, spark_plan=0.1, decode=0.1, search=0.2),
+        "redis": breakdown(spark=0.1, spark_plan=0.05, decode=0.3, redis=0.01),
+    }
+    result = {
+        "options": {"rates": [20.0]},
+        "raw": raw_rates(3000.0, 100000.0, 1000000.0, updates=1500.0),
+        "streaming": [
+            sink_step(20, {"search": (0.7, 1.0), "redis": (0.4, 0.6), "delta": (0.9, 1.2)})
+            | {"stages": stages}
+        ],
+    }
+
+    search = clock_target(result, "20 changes/s: search")
+    redis = clock_target(result, "20 changes/s: redis")
+
+    assert not search["met"] and search["bound"]["proven"]
+    assert search["bound"]["p50_floor_seconds"] == 0.55
+    assert "above the target" in search["bound"]["verdict"]
+    assert not redis["met"] and not redis["bound"]["proven"]
+    assert "below the target" in redis["bound"]["verdict"]
+    assert clock_target(result, "20 changes/s: delta")["met"]
+    assert not any(t["target"].startswith(("100", "300", "1000")) for t in clock_targets(result))
+
+
+def test_rates_the_ladder_did_not_reach_are_bounded_by_the_slowest_raw_rate() -> None:
+    result: dict[str, Any] = {
+        "options": {"rates": [20.0, 100.0, 300.0, 1000.0]},
+        "raw": raw_rates(3000.0, 100000.0, 1000000.0, updates=250.0),
+        "streaming": [
+            sink_step(20, {"search": (0.2, 0.4), "redis": (0.1, 0.3), "delta": (0.8, 1.4)}),
+            sink_step(100, {"search": (0.2, 0.4), "redis": (0.1, 0.3), "delta": (0.8, 1.4)}),
+            sink_step(
+                300, {"search": (9.0, 20.0), "redis": (0.2, 0.4), "delta": (0.9, 1.5)}, drains=False
+            ),
+        ],
+    }
+    result["streaming"][-1]["drained_in_seconds_by_sink"] = {"redis": 0.3, "delta": 1.1}
+
+    busy = clock_target(result, "300 changes/s")
+    drain = clock_target(result, "1000 changes/s")
+
+    assert not busy["met"] and busy["figure"] == "p50 9.00 s, p99 20.00 s"
+    assert not drain["met"] and drain["figure"].startswith("not run")
+    assert "search re-index rate, 250.0/s, is below 1000" in drain["bound"]["verdict"]
+
+
+class SlowSearchSampler(Sampler):
+    """Probes in memory: search answers a read in 1 s (a busy server), Redis at once."""
+
+    def __init__(self) -> None:
+        self._init_probes(("search", "redis"), rows=8)
+        self.written: dict[int, str] = {}
+
+    def _write(self, row_id: int, marker: str) -> None:
+        self.written[row_id] = marker
+
+    def _search_values(self, ids: list[int]) -> dict[int, Any]:
+        time.sleep(1.0)
+        return {row_id: self.written[row_id] for row_id in ids}
+
+    def _cache_values(self, ids: list[int]) -> dict[int, Any]:
+        return {row_id: self.written[row_id] for row_id in ids}
+
+
+def test_a_slow_sink_does_not_delay_what_the_sampler_sees_in_the_others() -> None:
+    # Each sink has its own consumer of the log: a probe shows in Redis whatever search does,
+    # and the sampler must see it then, not after search's slow answer.
+    sampler = SlowSearchSampler()
+    stop = threading.Event()
+    probing = threading.Thread(target=sampler.run, args=(0.2, stop))
+    probing.start()
+    time.sleep(3.0)
+    stop.set()
+    probing.join()
+
+    probes = sampler.take()
+
+    in_redis = [p.seen["redis"] for p in probes if "redis" in p.seen]
+    assert len(in_redis) >= 10
+    assert max(in_redis) < 0.5, sorted(in_redis)
+    # Search's reads take 1 s each: a probe committed during one waits for the next.
+    assert max(p.seen.get("search", 0.0) for p in probes) > max(in_redis) + 0.3
