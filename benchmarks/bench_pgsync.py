@@ -26,7 +26,6 @@ import argparse
 import json
 import logging
 import os
-import platform
 import signal
 import sys
 import time
@@ -51,7 +50,7 @@ from e2ebench.pipeline import (  # noqa: E402
     start_job,
     stop_run,
 )
-from e2ebench.report import cell, ratio  # noqa: E402
+from e2ebench.report import cell, ratio, run_header  # noqa: E402
 from e2ebench.sampler import Sampler  # noqa: E402
 
 from cdc_sync.core.model import TableId  # noqa: E402
@@ -331,15 +330,6 @@ def start_process() -> None:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     # A SIGTERM unwinds like Ctrl-C: each phase's `finally` stops what it started, by PID.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
-
-
-def run_header(args: argparse.Namespace) -> dict[str, Any]:
-    """The JSON's first keys: when, on what machine (and its load), with which options."""
-    return {
-        "started": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": f"{platform.node()}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}",
-        "options": {k: v for k, v in vars(args).items() if k not in ("output", "tune")},
-    }
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,12 +3,25 @@ of the printed tables (e2ebench.printout prints the page)."""
 
 from __future__ import annotations
 
+import argparse
+import os
+import platform
 import statistics
+from datetime import UTC, datetime
 from typing import Any
 
 from e2ebench.floors import all_sinks_floor
 
 SINKS = ("search", "redis", "delta")
+
+
+def run_header(args: argparse.Namespace) -> dict[str, Any]:
+    """The JSON's first keys: when, on what machine (and its load), with which options."""
+    return {
+        "started": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": f"{platform.node()}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}",
+        "options": {k: v for k, v in vars(args).items() if k not in ("output", "tune")},
+    }
 
 
 # The soak's RSS is compared after this warm-up: the step before it may leave Spark's Python
