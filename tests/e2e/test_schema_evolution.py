@@ -23,6 +23,8 @@ from deltalake import DeltaTable
 
 from cdc_sync.core.model import TableId
 from cdc_sync.demo.workload import create_demo_schema
+from cdc_sync.job.consumers import consumer_checkpoint
+from cdc_sync.job.settle.schema_store import SCHEMAS_DIR
 from cdc_sync.mapping import MappingFile, OnSchemaChange, Policies, SearchRoute
 from cdc_sync.sinks.search.backends import connect
 from tests.e2e.conftest import Services, running_pipeline
@@ -207,8 +209,10 @@ def test_fail_stops_on_a_column_added_while_the_job_was_stopped(
     harness = next(pipeline)
     try:
         harness.stop()
-        accepted = tmp_path / "checkpoints" / "main" / "cdc_sync_schemas" / "shop.customers.json"
-        assert accepted.exists()
+        root = tmp_path / "checkpoints" / "main"
+        for consumer in ("search", "redis", "delta"):  # each accepts the schema for its targets
+            accepted = consumer_checkpoint(root, consumer) / SCHEMAS_DIR / "shop.customers.json"
+            assert accepted.exists(), consumer
         harness.run_sql(
             [
                 "ALTER TABLE shop.customers ADD COLUMN nickname text",

@@ -106,3 +106,22 @@ def test_a_stop_is_bounded_even_when_a_query_does_not_stop() -> None:
     assert group.stop(timeout=0.5) is False
     assert time.monotonic() - started < 2
     assert quick.stopped.is_set()
+
+
+def test_a_stopped_group_starts_nothing_again() -> None:
+    """A query that failed for a reason that may pass is not started again once the job was
+    stopped: a query started after the stop would run on, unowned, in the driver (seen in CI:
+    a stopped job's query read through a later test's stand-in consumer)."""
+    clock, started = Clock(), []
+
+    def restart(name: str) -> Any:
+        started.append(name)
+        return FakeQuery()
+
+    group = group_of({"delta": FakeQuery(RuntimeError("broker away"))}, restart, clock=clock)
+    assert group.isActive  # waiting for its restart
+    group.stop()
+    clock.now += RESTART_DELAYS[-1]
+    assert not group.isActive
+    assert started == []
+    assert isinstance(group.exception(), ConsumerFailed)  # the failure is still told

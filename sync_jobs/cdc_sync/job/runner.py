@@ -80,6 +80,7 @@ class QueryGroup:
         self.restarted: dict[str, list[float]] = {name: [] for name in queries}
         self.due: dict[str, float] = {}  # consumer -> when its next start is due
         self._reviving = threading.Lock()
+        self.stopped = False  # once stopped, nothing starts again
 
     def _recent(self, name: str) -> list[float]:
         now = self.clock()
@@ -88,7 +89,7 @@ class QueryGroup:
     def _waits_for_restart(self, name: str) -> bool:
         """Failed, for a reason that may pass, with restarts left."""
         query = self.queries[name]
-        if self.restart is None or query.isActive or query.exception() is None:
+        if self.stopped or self.restart is None or query.isActive or query.exception() is None:
             return False
         return not self.terminal(name) and len(self._recent(name)) < len(RESTART_DELAYS)
 
@@ -164,6 +165,8 @@ class QueryGroup:
     def stop(self, timeout: float | None = None) -> bool:
         """Stop every query at once (each waits for its batch in progress); with `timeout`,
         wait that long at most. True when every query stopped."""
+        with self._reviving:  # a restart under way ends first, and none follows
+            self.stopped = True
         stopping = [
             threading.Thread(target=query.stop, name=f"cdc-sync-stop-{name}", daemon=True)
             for name, query in self.queries.items()
