@@ -27,9 +27,11 @@ import pytest
 
 from cdc_sync.connectors.engine import CaptureEngine
 from cdc_sync.core.kafka_clients import consumer_config
+from cdc_sync.core.model import TableId
 from cdc_sync.debezium.notifications import end_offsets, follow, notification_topic
 from cdc_sync.debezium.signals import request_snapshot
 from cdc_sync.demo.workload import create_demo_schema
+from cdc_sync.job.consumers import plan_consumers
 from cdc_sync.job.observe.checkpoint import processed_offsets
 from tests.debezium_events import source_fields
 from tests.e2e.conftest import CONNECTOR, Services
@@ -242,16 +244,20 @@ def wait_for_records(pipeline: Pipeline, topic: str, count: int) -> list[dict[st
 
 
 def wait_processed(pipeline: Pipeline, topic: str) -> None:
-    """Until the job committed a batch that read the topic to its end."""
+    """Until every consumer of the topic committed a batch that read it to its end."""
     config = consumer_config(pipeline.kafka.bootstrap, pipeline.kafka.flavor, group_id="end")
     ends = end_offsets(config, topic)
-    checkpoint = pipeline.job.options("main").checkpoint_dir
+    root = pipeline.job.options("main").checkpoint_dir
+    table = TableId(*topic.split(".")[-2:])
+    readers = [c for c in plan_consumers(pipeline.mapping, root) if table in c.mapping.tables]
+    assert readers, f"no consumer reads {topic}"
     deadline = time.monotonic() + 120
-    while True:
-        processed = processed_offsets(checkpoint)
-        if processed is not None and all(
-            processed.offsets.get((topic, p), 0) >= end for p, end in ends.items()
-        ):
-            return
-        assert time.monotonic() < deadline, f"the job did not read {topic} to {ends}"
-        time.sleep(0.5)
+    for reader in readers:
+        while True:
+            processed = processed_offsets(reader.checkpoint_dir)
+            if processed is not None and all(
+                processed.offsets.get((topic, p), 0) >= end for p, end in ends.items()
+            ):
+                break
+            assert time.monotonic() < deadline, f"{reader.name} did not read {topic} to {ends}"
+            time.sleep(0.5)

@@ -50,7 +50,7 @@ from cdc_sync.job.stream import MicroBatchProcessor
 from cdc_sync.job.write.generated import GeneratedColumns
 from cdc_sync.job.write.health import SinkHealth
 from cdc_sync.job.write.health_relay import HealthRelay
-from cdc_sync.job.write.task_sinks import TaskSinkSpec
+from cdc_sync.job.write.task_sinks import TaskSinkSpec, release_task_sinks
 from cdc_sync.mapping import MappingFile, SchemaSource
 from cdc_sync.schema import RowSchema
 from cdc_sync.schema.catalog import ConverterModes, known_schemas, row_schema_from_catalog
@@ -202,6 +202,8 @@ class ConsumerJob:
         self.driver_sinks: list[Sink] = [delta] if delta is not None else []
         # The driver's own row sinks: target set-up (`ensure_target`) and tools; tasks write.
         self.sinks = spec.open_sinks(shared.health) + self.driver_sinks
+        self.spec = spec
+        self.generated = GeneratedColumns.for_database(shared.database.conninfo, modes)
         # A document consumer writes through a search sink of its own (job.consumers).
         self.document_writer = document_writer(consumer, connections, retry)
         self.documents = (
@@ -254,7 +256,7 @@ class ConsumerJob:
             observers,
             TruncateFences(FileTruncateFences.beside_checkpoint(checkpoint)),
             self.documents,
-            GeneratedColumns.for_database(shared.database.conninfo, converter_modes(mapping)),
+            self.generated,
             consumer=consumer.name,
         )
         self.processor = MicroBatchProcessor(
@@ -349,6 +351,8 @@ class ConsumerJob:
         for sink in self.sinks:
             sink.close()
         self.dead_letters.close()
+        self.generated.close()
+        release_task_sinks(self.spec)  # the clients the driver's own tasks opened
         if self.documents is not None:
             self.documents.close()
         if self.document_writer is not None:

@@ -89,11 +89,12 @@ class GeneratedColumns:
         self.modes = modes
         self.ttl_seconds = ttl_seconds
         self._read: dict[TableId, tuple[float, TableGenerated]] = {}
+        self._held: list[psycopg.Connection[Any]] = []  # connections of its own, to close
 
     @classmethod
     def for_database(cls, conninfo: str, modes: ConverterModes) -> GeneratedColumns:
         """Reading the catalog of `conninfo` on a read-only connection of its own (the
-        driver's, one per consumer of the log, held while the job runs)."""
+        driver's, one per consumer of the log, held while the job runs: `close` ends it)."""
         held: list[psycopg.Connection[Any]] = []
 
         def connection() -> psycopg.Connection[Any]:
@@ -105,7 +106,15 @@ class GeneratedColumns:
                 ]
             return held[0]
 
-        return cls(connection, modes)
+        generated = cls(connection, modes)
+        generated._held = held
+        return generated
+
+    def close(self) -> None:
+        """End the connection `for_database` opened, if any."""
+        for conn in self._held:
+            conn.close()
+        self._held.clear()
 
     def of(self, table: TableId) -> TableGenerated:
         cached = self._read.get(table)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from cdc_sync.core.retry import RetryObserver, RetryPolicy
@@ -94,17 +96,54 @@ class TaskSinkSpec:
 class TaskSinks:
     sinks: list[Sink]
     filler: SourceFiller | None
+    users: int = 0  # tasks of this process using them now
+
+    def close(self) -> None:
+        for sink in self.sinks:
+            sink.close()
+        if self.filler is not None:
+            self.filler.close()
 
 
-_opened: dict[TaskSinkSpec, TaskSinks] = {}
+# Specs whose clients a process keeps open while no task uses them: one per consumer of the
+# log of a job, with room. Beyond it the least recently used idle ones are closed: a process
+# that outlives its jobs (the driver of a test session, a reused Python worker) would otherwise
+# hold a Postgres connection per job it ever ran, until Postgres refuses clients.
+KEPT_IDLE_SPECS = 8
+
+_opened: dict[TaskSinkSpec, TaskSinks] = {}  # least recently used first
 _opening = threading.Lock()
 
 
-def task_sinks(spec: TaskSinkSpec) -> TaskSinks:
-    """This worker process's sinks for `spec`, opened on first use; their retries report to
-    the driver's relay."""
+@contextmanager
+def task_sinks(spec: TaskSinkSpec) -> Iterator[TaskSinks]:
+    """This process's sinks for `spec`, opened on first use and kept for the next tasks; their
+    retries report to the driver's relay."""
     with _opening:
-        if spec not in _opened:
+        opened = _opened.pop(spec, None)
+        if opened is None:
             observer = RelayObserver(spec.relay) if spec.relay is not None else None
-            _opened[spec] = TaskSinks(spec.open_sinks(observer), spec.open_filler())
-        return _opened[spec]
+            opened = TaskSinks(spec.open_sinks(observer), spec.open_filler())
+        _opened[spec] = opened
+        opened.users += 1
+    try:
+        yield opened
+    finally:
+        with _opening:
+            opened.users -= 1
+            _close_idle(KEPT_IDLE_SPECS)
+
+
+def release_task_sinks(spec: TaskSinkSpec) -> None:
+    """Close this process's clients of `spec` unless a task uses them (a job that ends)."""
+    with _opening:
+        opened = _opened.get(spec)
+        if opened is not None and opened.users == 0:
+            del _opened[spec]
+            opened.close()
+
+
+def _close_idle(kept: int) -> None:
+    idle = [spec for spec, opened in _opened.items() if opened.users == 0]
+    for spec in idle[: max(0, len(idle) - kept)]:
+        _opened.pop(spec).close()

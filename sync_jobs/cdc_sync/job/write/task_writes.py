@@ -46,15 +46,17 @@ def write_partition(batches: Iterator[pa.RecordBatch], plan: WritePlan) -> Itera
     by_table = _changes_by_table(batches)
     if not by_table:
         return
-    opened = task_sinks(plan.spec)
     writes: list[TableWrite] = []
-    for table, changes in by_table.items():
-        if table in plan.tables:
-            route, state = plan.tables[table]
-            fence = plan.fences.get(table)
-            writes.append(
-                write_table(route, state, changes, opened.sinks, opened.filler, plan.defer, fence)
-            )
+    with task_sinks(plan.spec) as opened:
+        for table, changes in by_table.items():
+            if table in plan.tables:
+                route, state = plan.tables[table]
+                fence = plan.fences.get(table)
+                writes.append(
+                    write_table(
+                        route, state, changes, opened.sinks, opened.filler, plan.defer, fence
+                    )
+                )
     yield pa.RecordBatch.from_pylist(
         [{"writes": pickle.dumps(writes, protocol=5)}], schema=WRITES_SCHEMA
     )
