@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -65,6 +66,10 @@ REDIS_DB = 11  # conftest: shop 3, types 4, schema evolution 5-7, adversarial 8,
 WORKERS = 2
 OPERATIONS = 200  # workload operations while the job runs (~2-3 row changes each)
 HELD_TABLE = "adv.parent"  # the table whose TOAST fill read is held by the lock
+RELAYED = re.compile(r"executor task (\S+:(\d+)): waiting for sink redis")
+DRIVER_WAIT = re.compile(r"^\S+ (\S+: )?waiting for sink redis", re.MULTILINE)  # its own step
+ANSWERED = re.compile(r"sink redis .*answered again")  # the driver's wait for Redis ended
+CUT_SECONDS = 30.0  # one cut of Redis while waiting for an executor task's relayed wait
 # The executor's fill read (cdc_sync.schema.source_rows.read_columns) waiting for the lock; the
 # workload's own reads of the table do not quote its name.
 BLOCKED_FILL_READS = """
@@ -184,7 +189,7 @@ def test_worker_killed_mid_batch_converges(cluster_run: ClusterRun) -> None:
     # 2. More of the workload; Redis cut meanwhile, until a task's wait for it reached the
     # driver through the health relay; the restarted worker's executor joins meanwhile.
     writer = paced_in_background(workload, OPERATIONS // 2)
-    relayed = _relayed_wait(cluster_run)
+    relayed = _relayed_wait(cluster_run, writer)
     cluster.wait_workers(WORKERS)
     cluster.wait_app_cores(WORKERS)  # the master launched an executor on it again,
     cluster.wait_executor_registered(victim)  # which joined the job
@@ -216,18 +221,42 @@ def _ran(logs: list[Path], pattern: str) -> bool:
     return any(re.search(pattern, path.read_text(errors="replace")) for path in logs)
 
 
-def _relayed_wait(run: ClusterRun, timeout_seconds: float = 120.0) -> str:
+def _relayed_wait(run: ClusterRun, writer: threading.Thread, timeout_seconds: float = 240) -> str:
     """Cut the job's Redis until the driver logs an executor task's wait for it (relayed);
-    returns the task (host:pid), whose pid must be a Python worker under a Spark worker."""
-    pattern = re.compile(r"executor task (\S+:(\d+)): waiting for sink redis")
+    returns the task (host:pid), whose pid must be a Python worker under a Spark worker.
+
+    The Redis consumer's batch may be in a step the driver runs itself when the cut comes (a
+    snapshot end's or TRUNCATE's scan of the cache): no executor task runs until it passes. So
+    the cut lasts CUT_SECONDS at a time, with Redis back in between until the driver's wait
+    ended, and more of the workload runs once `writer`'s is done, until a task's wait is
+    relayed."""
     deadline = time.monotonic() + timeout_seconds
-    with run.redis_proxy.cut():
-        while (found := pattern.search(_driver_log(run.pipeline))) is None:
-            assert time.monotonic() < deadline, "no executor's wait for Redis reached the driver"
-            run.pipeline.job.raise_if_dead()
-            for index in range(len(run.cluster.workers)):
-                run.cluster.worker_processes(index)  # remembers the Python workers seen
-            time.sleep(0.2)
+    found = None
+    extra: list[threading.Thread] = []
+    while found is None:
+        assert time.monotonic() < deadline, "no executor's wait for Redis reached the driver"
+        if not writer.is_alive():  # changes for the Redis consumer's tasks to write
+            writer = paced_in_background(run.workload, 20)
+            extra.append(writer)
+        # Counted, not searched from an offset: the driver log is several files joined.
+        seen = {pattern: _count(run, pattern) for pattern in (DRIVER_WAIT, ANSWERED)}
+        with run.redis_proxy.cut():
+            window = time.monotonic() + CUT_SECONDS
+            while (found := RELAYED.search(_driver_log(run.pipeline))) is None:
+                if time.monotonic() > window:
+                    break
+                run.pipeline.job.raise_if_dead()
+                for index in range(len(run.cluster.workers)):
+                    run.cluster.worker_processes(index)  # remembers the Python workers seen
+                time.sleep(0.2)
+        if found is None and _count(run, DRIVER_WAIT) > seen[DRIVER_WAIT]:
+
+            def ended(before: int = seen[ANSWERED]) -> bool:
+                return _count(run, ANSWERED) > before
+
+            wait_for("the driver's wait for Redis to end", ended, 60, 0.2)
+    for thread in extra:
+        thread.join(timeout=300)
     python_workers = {p.pid for p in run.cluster.seen.values() if p.kind == "Python worker"}
     assert int(found.group(2)) in python_workers, (found.group(0), python_workers)
     return found.group(1)
@@ -237,6 +266,10 @@ def _assert_partitions(pipeline: Pipeline) -> None:
     topic = f"{pipeline.topic_prefix}.{HELD_TABLE}"
     admin = AdminClient(admin_config(pipeline.connections.require("kafka_bootstrap")))
     assert len(admin.list_topics(topic, timeout=10).topics[topic].partitions) == PARTITIONS
+
+
+def _count(run: ClusterRun, pattern: re.Pattern[str]) -> int:
+    return len(pattern.findall(_driver_log(run.pipeline)))
 
 
 def _driver_log(pipeline: Pipeline) -> str:

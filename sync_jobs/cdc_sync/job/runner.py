@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable, Sequence
 
 import psycopg
+from py4j.protocol import Py4JError
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
@@ -168,15 +169,24 @@ class QueryGroup:
         with self._reviving:  # a restart under way ends first, and none follows
             self.stopped = True
         stopping = [
-            threading.Thread(target=query.stop, name=f"cdc-sync-stop-{name}", daemon=True)
+            threading.Thread(target=_stop, args=(name, query), name=f"cdc-sync-stop-{name}")
             for name, query in self.queries.items()
         ]
+        for thread in stopping:
+            thread.daemon = True
         for thread in stopping:
             thread.start()
         deadline = None if timeout is None else time.monotonic() + timeout
         for thread in stopping:
             thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
         return not any(thread.is_alive() for thread in stopping)
+
+
+def _stop(name: str, query: StreamingQuery) -> None:
+    try:
+        query.stop()
+    except (Py4JError, ConnectionError) as error:  # the JVM ended first (a signal to the group)
+        log.debug("consumer %s: its query could not be stopped: %s", name, error)
 
 
 class ConsumerFailed(RuntimeError):
