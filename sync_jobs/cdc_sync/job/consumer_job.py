@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 import shutil
 import threading
 from collections.abc import Sequence
@@ -19,6 +20,7 @@ from pathlib import Path
 
 import psycopg
 from confluent_kafka import KafkaException
+from pyspark.errors import PythonException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
@@ -93,6 +95,21 @@ PASSING_FAILURES: tuple[type[BaseException], ...] = (
     KafkaException,
     KafkaRangeUnreachable,
 )
+
+
+def may_pass(error: BaseException) -> bool:
+    """A failure in `PASSING_FAILURES`, raised here or in a Spark task: a task's error reaches
+    the driver as Spark's PythonException, its type named only in the task's traceback (seen on
+    a busy broker: a read that timed out in an executor task ended the job)."""
+    if isinstance(error, PASSING_FAILURES):
+        return True
+    if not isinstance(error, PythonException):
+        return False
+    raised = RAISED.findall(str(error))  # the traceback's "module.Type: message" lines
+    return bool(raised) and raised[-1].rsplit(".", 1)[-1] in {k.__name__ for k in PASSING_FAILURES}
+
+
+RAISED = re.compile(r"^([A-Za-z_][\w.]*): ", re.MULTILINE)
 
 
 def converter_modes(mapping: MappingFile) -> ConverterModes:
@@ -312,7 +329,7 @@ class ConsumerJob:
         """Whether the query's failure will not pass by starting it again: any error of the
         job's own but a sink or broker that did not answer in time (a failure of Spark's, with
         no error of the batch's, may pass too)."""
-        return self.failure is not None and not isinstance(self.failure, PASSING_FAILURES)
+        return self.failure is not None and not may_pass(self.failure)
 
     def _batch(self, batch: DataFrame, batch_id: int) -> None:
         try:
