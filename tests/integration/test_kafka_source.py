@@ -13,6 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
@@ -33,9 +34,11 @@ from cdc_sync.source.python_kafka import (
     KAFKA_SCHEMA,
     CdcKafkaStreamReader,
     KafkaRangeUnreachable,
+    Reach,
     consume_range,
     read_range_arrow,
 )
+from cdc_sync.source.recent_reads import RecentReads
 
 pytestmark = pytest.mark.integration
 
@@ -413,3 +416,37 @@ def test_the_driver_reads_a_recreated_topic_from_its_start_when_told_to_continue
         row for span in ranges for b in read_range_arrow(options, span) for row in b.to_pylist()
     ]
     assert [row["key"] for row in read] == [key for _, _, key, _ in fresh]
+
+
+def test_consumers_of_one_application_read_a_range_from_the_broker_once(kafka: Any) -> None:
+    """The driver's small batches read through the process's `RecentReads`: the first read of
+    a range takes what the broker holds past it too (never waiting for more), and a consumer
+    planning a range within it later gets the same records without asking the broker."""
+    topic = f"shared{uuid.uuid4().hex[:8]}"
+    create_topics(kafka.bootstrap, [topic], partitions=1)
+    records = one_partition(keyed_records([topic], 30, "shared"))
+    produce(kafka, records)
+    options = parse_options(
+        stream_options(bootstrap=kafka.bootstrap, flavor=kafka.flavor, topics=[topic])
+    )
+    asked: list[tuple[int, int, int]] = []
+
+    def broker(
+        options: Any, span: PartitionRange, ahead: int, reach: Reach
+    ) -> Iterator[pa.RecordBatch]:
+        asked.append((span.start, span.end, ahead))
+        yield from read_range_arrow(options, span, ahead, reach)
+
+    reads = RecentReads(broker)
+
+    def keys(start: int, end: int) -> list[bytes]:
+        span = PartitionRange(topic, 0, start, end)
+        return [row["key"] for batch in reads.read(options, span) for row in batch.to_pylist()]
+
+    assert keys(0, 10) == [key for _, _, key, _ in records[:10]]
+    assert keys(0, 30) == [key for _, _, key, _ in records]  # read ahead by the first
+    assert keys(5, 25) == [key for _, _, key, _ in records[5:25]]
+    assert asked == [(0, 10, reads.ahead)]
+    produce(kafka, one_partition(keyed_records([topic], 5, "later")))
+    assert len(keys(20, 35)) == 15
+    assert asked[1][:2] == (30, 35)  # only the tail the window did not hold

@@ -11,7 +11,9 @@ where it ran.
 - `DriverPhases`: the driver reads the batch's offset ranges (from the checkpoint's offset log)
   itself with the source's own reader, a consumer per range as in a task (one kept across
   ranges waited behind its long-polling fetch of the previous range on every reassignment:
-  seconds a batch), and runs both functions in process. A Spark job costs ~0.2-0.5 s of
+  seconds a batch), and runs both functions in process. The reads go through the process's
+  `RecentReads`: the consumers of one application plan the same ranges within a second or two,
+  and the broker is asked for them once (source.recent_reads). A Spark job costs ~0.2-0.5 s of
   scheduling, Python worker hops and Arrow transfers whatever its size; a batch of a few
   hundred records spent most of its time there. Small batches skip both jobs; large ones (the
   initial snapshot, a backlog) still spread over the executors.
@@ -43,7 +45,8 @@ from cdc_sync.source.checkpoint import batch_end_offsets
 from cdc_sync.source.data_loss import Watermarks, batch_ranges, moved_back
 from cdc_sync.source.offsets import PartitionRange, TopicPartition
 from cdc_sync.source.options import KafkaSourceOptions
-from cdc_sync.source.python_kafka import broker_watermarks, read_range_arrow
+from cdc_sync.source.python_kafka import broker_watermarks
+from cdc_sync.source.recent_reads import SHARED, RecentReads
 
 FOLDED_SPARK = from_arrow_schema(FOLDED_SCHEMA)  # one schema: decode.py's Arrow one
 WRITES_SPARK = from_arrow_schema(WRITES_SCHEMA)
@@ -107,16 +110,22 @@ class DriverPhases:
 
     ran_on = "driver"
 
-    def __init__(self, options: KafkaSourceOptions, ranges: list[PartitionRange]) -> None:
+    def __init__(
+        self,
+        options: KafkaSourceOptions,
+        ranges: list[PartitionRange],
+        reads: RecentReads = SHARED,
+    ) -> None:
         self.options = options
         self.ranges = ranges
+        self.reads = reads
         self.changes: list[list[pa.RecordBatch]] = []  # per partition, in Kafka order
 
     def decode(self, decode_fold: DecodeFold) -> list[dict[str, Any]]:
         side: list[dict[str, Any]] = []
         for span in self.ranges:
             folded = pa.Table.from_batches(
-                list(decode_fold(read_range_arrow(self.options, span))), schema=FOLDED_SCHEMA
+                list(decode_fold(self.reads.read(self.options, span))), schema=FOLDED_SCHEMA
             )
             is_change = pc.equal(folded["kind"], KIND_CHANGE)
             changes = folded.filter(is_change).select(list(WRITE_COLUMNS))
@@ -147,17 +156,19 @@ class SmallBatches:
         checkpoint_dir: Path,
         max_records: int,
         watermarks: WatermarksOf = broker_watermarks,
+        reads: RecentReads = SHARED,
     ) -> None:
         self.options = options
         self.checkpoint_dir = checkpoint_dir
         self.max_records = max_records
         self.watermarks = watermarks  # asked only when planning rebased a partition
+        self.reads = reads
 
     def phases(self, batch: DataFrame, batch_id: int) -> BatchPhases:
         ranges = self._ranges(batch_id)
         if ranges is None:
             return SparkPhases(batch)
-        return DriverPhases(self.options, ranges)
+        return DriverPhases(self.options, ranges, self.reads)
 
     def _ranges(self, batch_id: int) -> list[PartitionRange] | None:
         """The batch's ranges, or None when the batch is large or its start is not in the
@@ -172,6 +183,8 @@ class SmallBatches:
         if start is None or end is None:
             return None
         rebased = moved_back(start, end)
+        if rebased:  # the topic was re-created: its offsets mean other records now
+            self.reads.forget(self.options, rebased)
         ranges = batch_ranges(
             start,
             end,

@@ -296,8 +296,22 @@ def broker_watermarks(
         consumer.close()
 
 
-def consume_range(options: KafkaSourceOptions, span: PartitionRange) -> Iterator[Message]:
-    """Messages of ``[start, end)`` in offset order.
+class Reach:
+    """How far a read got: every record below `end` (from the range's start) was delivered."""
+
+    def __init__(self, end: int) -> None:
+        self.end = end
+
+
+def consume_range(
+    options: KafkaSourceOptions,
+    span: PartitionRange,
+    ahead: int = 0,
+    reach: Reach | None = None,
+) -> Iterator[Message]:
+    """Messages of ``[start, end)`` in offset order, then up to ``ahead`` more past ``end``
+    that the broker holds already (no waiting for them: the first empty poll past ``end``
+    ends the read); ``reach.end`` tells how far the read got (job.batch_phases shares it).
 
     A start outside the broker's watermarks (retention, topic re-created since planning) fails
     or, with failOnDataLoss=false, is skipped past (see ``checked_span``); gaps inside the range
@@ -311,23 +325,32 @@ def consume_range(options: KafkaSourceOptions, span: PartitionRange) -> Iterator
             timeout=METADATA_TIMEOUT_S,
             cached=False,
         )
+        planned = span
         span = checked_span(
             span, (int(low), int(high)), fail_on_data_loss=options.fail_on_data_loss
         )
-        if span.size == 0:
+        if span != planned:  # a range the broker lost part of is read as it stands, not shared
+            ahead, reach = 0, None
+        target = max(span.end, min(int(high), span.end + ahead))
+        if target <= span.start:
             return
         consumer.assign([KafkaTopicPartition(span.topic, span.partition, span.start)])
         next_offset = span.start
         deadline = time.monotonic() + options.fetch_timeout_ms / 1000
-        while next_offset < span.end:
-            if time.monotonic() > deadline:
+        while next_offset < target:
+            if next_offset < span.end and time.monotonic() > deadline:
                 raise KafkaRangeUnreachable(span, next_offset, options.fetch_timeout_ms)
-            wanted = min(MESSAGES_PER_POLL, span.end - next_offset)
-            for message in consumer.consume(num_messages=wanted, timeout=POLL_TIMEOUT_S):
+            wanted = min(MESSAGES_PER_POLL, target - next_offset)
+            messages = consumer.consume(num_messages=wanted, timeout=POLL_TIMEOUT_S)
+            if not messages and next_offset >= span.end:
+                break  # read ahead only what is there at once
+            for message in messages:
                 error = message.error()
                 if error is not None:
                     if error.code() == KafkaError._PARTITION_EOF:
                         next_offset = max(next_offset, _offset(message))
+                        if next_offset >= span.end:
+                            target = min(target, next_offset)  # the partition's end, for now
                         continue
                     if error.fatal():
                         raise KafkaException(error)
@@ -342,12 +365,14 @@ def consume_range(options: KafkaSourceOptions, span: PartitionRange) -> Iterator
                     )
                     continue
                 offset = _offset(message)
-                if offset >= span.end:
-                    next_offset = span.end
+                if offset >= target:
+                    next_offset = target
                     break
                 next_offset = offset + 1
                 deadline = time.monotonic() + options.fetch_timeout_ms / 1000
                 yield message
+        if reach is not None:
+            reach.end = next_offset
     finally:
         consumer.close()
 
@@ -366,7 +391,14 @@ def _timestamp(message: Message) -> tuple[int | None, int]:
     return (millis * 1000 if kind else None), kind - 1
 
 
-def read_range_arrow(options: KafkaSourceOptions, span: PartitionRange) -> Iterator[pa.RecordBatch]:
+def read_range_arrow(
+    options: KafkaSourceOptions,
+    span: PartitionRange,
+    ahead: int = 0,
+    reach: Reach | None = None,
+) -> Iterator[pa.RecordBatch]:
+    """The records of ``span`` as Arrow batches of the source's schema (`consume_range`:
+    ``ahead`` and ``reach`` as there)."""
     keys: list[bytes | None] = []
     values: list[bytes | None] = []
     offsets: list[int] = []
@@ -391,7 +423,7 @@ def read_range_arrow(options: KafkaSourceOptions, span: PartitionRange) -> Itera
             column.clear()
         return batch
 
-    for message in consume_range(options, span):
+    for message in consume_range(options, span, ahead, reach):
         micros, kind = _timestamp(message)
         keys.append(message.key())
         values.append(message.value())
