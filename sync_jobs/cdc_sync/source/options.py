@@ -26,6 +26,10 @@ MAX_OFFSETS_PER_TRIGGER = "maxOffsetsPerTrigger"
 # Same name and default (true) as Spark's built-in kafka source.
 FAIL_ON_DATA_LOSS = "failOnDataLoss"
 FETCH_TIMEOUT = "cdc.kafka.fetchTimeoutMs"
+# How old (ms) another planner's high watermarks may be to plan with them (source.shared_highs).
+SHARED_HIGHS = "cdc.kafka.sharedHighWatermarksMs"
+# By flavor: only the stand-in whose ListOffsets scans the partition's log pays for asking.
+SHARED_HIGHS_DEFAULT_MS = {"kafka": 0, "tansu": 250, "noida": 0}
 KNOWN_OPTIONS = (
     BOOTSTRAP,
     FLAVOR,
@@ -35,6 +39,7 @@ KNOWN_OPTIONS = (
     MAX_OFFSETS_PER_TRIGGER,
     FAIL_ON_DATA_LOSS,
     FETCH_TIMEOUT,
+    SHARED_HIGHS,
 )
 
 KAFKA_PREFIX = "kafka."
@@ -57,6 +62,7 @@ class KafkaSourceOptions:
     # A checkpoint offset outside the broker's [low, high] watermarks: fail (true) or warn and
     # continue from the low watermark (false). See cdc_sync.source.data_loss.
     fail_on_data_loss: bool = True
+    shared_highs_ms: int = 0  # SHARED_HIGHS; 0: every planner asks the broker itself
     # Other ``kafka.<setting>`` options, passed to the consumer as ``<setting>`` (like Spark).
     consumer_overrides: tuple[tuple[str, str], ...] = ()
 
@@ -123,6 +129,9 @@ def parse_options(raw: Mapping[str, str]) -> KafkaSourceOptions:
         ),
         fetch_timeout_ms=_parse_positive(get(FETCH_TIMEOUT), FETCH_TIMEOUT) or 60_000,
         fail_on_data_loss=_parse_bool(get(FAIL_ON_DATA_LOSS), FAIL_ON_DATA_LOSS, default=True),
+        shared_highs_ms=_parse_non_negative(get(SHARED_HIGHS), SHARED_HIGHS)
+        if SHARED_HIGHS.lower() in options
+        else SHARED_HIGHS_DEFAULT_MS[flavor],
         consumer_overrides=tuple(
             sorted(
                 (key.removeprefix(KAFKA_PREFIX), value)
@@ -158,6 +167,15 @@ def _parse_positive(value: str | None, name: str) -> int | None:
         ) from error
     if number <= 0:
         raise ValueError(f"{SOURCE_NAME}: option {name!r} must be positive, got {number}")
+    return number
+
+
+def _parse_non_negative(value: str | None, name: str) -> int:
+    if value == "0":
+        return 0
+    number = _parse_positive(value, name)
+    if number is None:
+        raise ValueError(f"{SOURCE_NAME}: option {name!r} must be an integer >= 0, got nothing")
     return number
 
 

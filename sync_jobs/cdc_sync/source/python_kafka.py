@@ -55,6 +55,7 @@ from cdc_sync.source.options import (
     KafkaSourceOptions,
     parse_options,
 )
+from cdc_sync.source.shared_highs import SharedHighs
 
 log = logging.getLogger(__name__)
 
@@ -165,6 +166,15 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _high_watermarks(self) -> PartitionOffsets:
         return listed_offsets(self.metadata_consumer, self._partitions(), LATEST_OFFSET)
 
+    def _planning_highs(self) -> PartitionOffsets:
+        """The high watermarks to plan a batch with: as another consumer's planner asked for
+        them a moment ago, when it did (source.shared_highs)."""
+        shared = SharedHighs(self.options.bootstrap, self.options.shared_highs_ms)
+        return shared.highs(
+            self._partitions(),
+            lambda partitions: listed_offsets(self.metadata_consumer, partitions, LATEST_OFFSET),
+        )
+
     def _planning_watermarks(self, begin: PartitionOffsets) -> dict[TopicPartition, Watermarks]:
         """Every partition's high watermark, in one request; its low one only where planning
         needs it: a partition new since `begin` starts there, and one past its end (topic
@@ -174,7 +184,7 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         tasks) or `consume_range` (the driver's small batches). On the stand-in broker each
         ListOffsets costs in proportion to the partition's log, so this halves the planning's
         requests to the busiest partitions."""
-        highs = self._high_watermarks()
+        highs = self._planning_highs()
         unsure = [tp for tp, high in highs.items() if tp not in begin or begin[tp] > high]
         lows = listed_offsets(self.metadata_consumer, unsure, EARLIEST_OFFSET)
         return {
