@@ -10,7 +10,6 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -19,7 +18,7 @@ from hypothesis import strategies as st
 
 from cdc_sync.source.offsets import PartitionRange
 from cdc_sync.source.options import KafkaSourceOptions
-from cdc_sync.source.python_kafka import ARROW_SCHEMA, Reach, TailLost
+from cdc_sync.source.python_kafka import ARROW_SCHEMA, Reach
 from cdc_sync.source.recent_reads import RecentReads
 
 pytestmark = pytest.mark.unit
@@ -58,28 +57,6 @@ class Partition:
     def records(self, start: int, end: int) -> list[tuple[int, bytes]]:
         return [(o, self.value(o)) for o in self.offsets if start <= o < end]
 
-    def reads(self, **settings: Any) -> RecentReads:
-        """Shared reads over this partition: fresh reads and kept consumers alike ask it."""
-        return RecentReads(self.read, tail=lambda options: KeptConsumer(self), **settings)
-
-
-@dataclass
-class KeptConsumer:
-    """The partition's kept consumer (source.python_kafka.PartitionTail), over the stand-in."""
-
-    partition: Partition
-    lose_place: bool = False
-    closed: bool = False
-
-    def read(self, span: PartitionRange, ahead: int, reach: Reach) -> Iterator[pa.RecordBatch]:
-        assert not self.closed
-        if self.lose_place:
-            raise TailLost("offset out of range")
-        return self.partition.read(OPTIONS, span, ahead, reach)
-
-    def close(self) -> None:
-        self.closed = True
-
 
 def _batch(offsets: list[int], partition: Partition) -> pa.RecordBatch:
     rows = len(offsets)
@@ -109,7 +86,7 @@ def read(reads: RecentReads, start: int, end: int) -> list[tuple[int, bytes]]:
 def test_consumers_asking_for_the_same_range_ask_the_broker_once() -> None:
     partition = Partition()
     partition.append(30)
-    reads = partition.reads()
+    reads = RecentReads(partition.read)
     for _consumer in range(4):
         assert read(reads, 0, 30) == partition.records(0, 30)
     assert len(partition.asked) == 1
@@ -121,7 +98,7 @@ def test_a_read_takes_what_the_broker_holds_past_the_range_for_the_consumers_pla
 ):
     partition = Partition()
     partition.append(10)
-    reads = partition.reads(ahead=100)
+    reads = RecentReads(partition.read, ahead=100)
     assert read(reads, 0, 5) == partition.records(0, 5)  # planned before records 5-9 came
     assert read(reads, 0, 10) == partition.records(0, 10)
     assert partition.asked == [(0, 5, 100)]
@@ -130,12 +107,11 @@ def test_a_read_takes_what_the_broker_holds_past_the_range_for_the_consumers_pla
 def test_a_range_past_the_window_reads_only_its_unread_tail() -> None:
     partition = Partition()
     partition.append(10)
-    reads = partition.reads()
+    reads = RecentReads(partition.read)
     read(reads, 0, 10)
     partition.append(5, gap=3)  # offsets 13-17; 10-12 are markers
     assert read(reads, 4, 18) == partition.records(4, 18)
     assert partition.asked[1][:2] == (10, 18)
-    assert reads.counts.from_tail == 1  # through the partition's kept consumer
     assert read(reads, 0, 18) == partition.records(0, 18)
     assert len(partition.asked) == 2
 
@@ -143,7 +119,7 @@ def test_a_range_past_the_window_reads_only_its_unread_tail() -> None:
 def test_a_consumer_far_behind_reads_for_itself_and_evicts_nothing() -> None:
     partition = Partition()
     partition.append(100)
-    reads = partition.reads()
+    reads = RecentReads(partition.read)
     read(reads, 50, 100)
     assert read(reads, 0, 20) == partition.records(0, 20)
     assert partition.asked[1] == (0, 20, 0)  # no read ahead for a laggard
@@ -162,33 +138,16 @@ def test_a_read_the_broker_could_not_serve_whole_is_not_kept() -> None:
         yield _batch([o for o in partition.offsets if 5 <= o < span.end], partition)
         # reach left at the span's start: the records below 5 were lost to retention
 
-    reads = RecentReads(cut_short, tail=lambda options: KeptConsumer(partition))
+    reads = RecentReads(cut_short)
     assert read(reads, 0, 10) == partition.records(5, 10)
     read(reads, 0, 10)
     assert len(partition.asked) == 2
 
 
-def test_a_kept_consumer_that_lost_its_place_gives_way_to_a_fresh_read() -> None:
-    partition = Partition()
-    partition.append(10)
-    kept: list[KeptConsumer] = []
-
-    def lost(options: KafkaSourceOptions) -> KeptConsumer:
-        kept.append(KeptConsumer(partition, lose_place=True))
-        return kept[-1]
-
-    reads = RecentReads(partition.read, tail=lost)
-    read(reads, 0, 10)
-    partition.append(5)
-    assert read(reads, 0, 15) == partition.records(0, 15)
-    assert kept[0].closed
-    assert (reads.counts.from_broker, reads.counts.from_tail) == (2, 0)
-
-
 def test_a_window_nobody_read_for_long_is_dropped() -> None:
     partition = Partition()
     partition.append(10)
-    reads = partition.reads(idle_seconds=0.05)
+    reads = RecentReads(partition.read, idle_seconds=0.05)
     read(reads, 0, 10)
     time.sleep(0.1)
     read(reads, 0, 10)
@@ -198,7 +157,7 @@ def test_a_window_nobody_read_for_long_is_dropped() -> None:
 def test_a_forgotten_partition_is_read_again() -> None:
     partition = Partition()
     partition.append(10)
-    reads = partition.reads()
+    reads = RecentReads(partition.read)
     read(reads, 0, 10)
     reads.forget(OPTIONS, [(TOPIC, 0)])
     read(reads, 0, 10)
@@ -208,7 +167,7 @@ def test_a_forgotten_partition_is_read_again() -> None:
 def test_what_is_kept_stays_within_the_budget() -> None:
     partition = Partition()
     partition.append(2_000)
-    reads = partition.reads(budget_bytes=20_000, ahead=0)
+    reads = RecentReads(partition.read, budget_bytes=20_000, ahead=0)
     for start in range(0, 2_000, 100):
         assert read(reads, start, start + 100) == partition.records(start, start + 100)
         assert reads.held_bytes() <= 20_000
@@ -220,7 +179,7 @@ def test_what_is_kept_stays_within_the_budget() -> None:
 def test_threads_asking_at_once_wait_for_one_read() -> None:
     partition = Partition(slow_s=0.2)
     partition.append(50)
-    reads = partition.reads()
+    reads = RecentReads(partition.read)
     results: list[list[tuple[int, bytes]]] = []
     threads = [
         threading.Thread(target=lambda: results.append(read(reads, 0, 50))) for _ in range(4)
@@ -255,7 +214,7 @@ def test_every_read_returns_exactly_the_records_of_its_range(
     """Four consumers at their own positions: whatever the windows hold, each read gives the
     partition's records of its range, no more, no fewer."""
     partition = Partition()
-    reads = partition.reads(budget_bytes=budget, ahead=ahead)
+    reads = RecentReads(partition.read, budget_bytes=budget, ahead=ahead)
     positions = [0, 0, 0, 0]
     for kind, a, n in steps:
         if kind == "arrive":

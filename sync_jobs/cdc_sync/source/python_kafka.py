@@ -79,9 +79,6 @@ METADATA_TIMEOUT_S = 10.0
 # out over gaps (compaction, transaction markers), so it is short.
 MESSAGES_PER_POLL = 1000
 POLL_TIMEOUT_S = 0.05
-# How long a kept consumer (PartitionTail) waits for a record it was asked for before the read
-# is made afresh, watermarks checked.
-KEPT_PATIENCE_MS = 2_000
 
 
 class KafkaPartitionRange(InputPartition):
@@ -348,115 +345,46 @@ def consume_range(
         if target <= span.start:
             return
         consumer.assign([KafkaTopicPartition(span.topic, span.partition, span.start)])
-        yield from _messages(consumer, options, span, target, reach)
+        next_offset = span.start
+        deadline = time.monotonic() + options.fetch_timeout_ms / 1000
+        while next_offset < target:
+            if next_offset < span.end and time.monotonic() > deadline:
+                raise KafkaRangeUnreachable(span, next_offset, options.fetch_timeout_ms)
+            wanted = min(MESSAGES_PER_POLL, target - next_offset)
+            messages = consumer.consume(num_messages=wanted, timeout=POLL_TIMEOUT_S)
+            if not messages and next_offset >= span.end:
+                break  # read ahead only what is there at once
+            for message in messages:
+                error = message.error()
+                if error is not None:
+                    if error.code() == KafkaError._PARTITION_EOF:
+                        next_offset = max(next_offset, _offset(message))
+                        if next_offset >= span.end:
+                            target = min(target, next_offset)  # the partition's end, for now
+                        continue
+                    if error.fatal():
+                        raise KafkaException(error)
+                    # Transient (broker restart, leader move): the deadline bounds retrying.
+                    log.warning(
+                        "%s: topic %s partition %s offset %s: %s",
+                        SOURCE_NAME,
+                        span.topic,
+                        span.partition,
+                        next_offset,
+                        error.str(),
+                    )
+                    continue
+                offset = _offset(message)
+                if offset >= target:
+                    next_offset = target
+                    break
+                next_offset = offset + 1
+                deadline = time.monotonic() + options.fetch_timeout_ms / 1000
+                yield message
+        if reach is not None:
+            reach.end = next_offset
     finally:
         consumer.close()
-
-
-class TailLost(RuntimeError):
-    """A kept consumer's position stopped being readable (topic re-created, retention, a
-    broker error): read the range afresh, with the watermarks checked."""
-
-
-def _messages(
-    consumer: Consumer,
-    options: KafkaSourceOptions,
-    span: PartitionRange,
-    target: int,
-    reach: Reach | None,
-    kept: bool = False,
-) -> Iterator[Message]:
-    """An assigned consumer's messages from ``span.start`` on: every one below ``span.end``
-    (waiting up to the fetch timeout for each), then those up to ``target`` that come at once.
-    `kept`: a consumer kept between reads (`PartitionTail`) stops at any error (`TailLost`)."""
-    # A kept consumer waits briefly: a fresh read asks the watermarks and knows whether the
-    # records still come (a stand-in may answer an offset past a re-created topic's end with
-    # nothing rather than an error).
-    patience_ms = (
-        min(options.fetch_timeout_ms, KEPT_PATIENCE_MS) if kept else options.fetch_timeout_ms
-    )
-    next_offset = span.start
-    deadline = time.monotonic() + patience_ms / 1000
-    while next_offset < target:
-        if next_offset < span.end and time.monotonic() > deadline:
-            if kept:
-                raise TailLost(f"offset {next_offset} not there within {patience_ms} ms")
-            raise KafkaRangeUnreachable(span, next_offset, options.fetch_timeout_ms)
-        wanted = min(MESSAGES_PER_POLL, target - next_offset)
-        messages = consumer.consume(num_messages=wanted, timeout=POLL_TIMEOUT_S)
-        if not messages and next_offset >= span.end:
-            break  # read ahead only what is there at once
-        for message in messages:
-            error = message.error()
-            if error is not None:
-                if error.code() == KafkaError._PARTITION_EOF:
-                    next_offset = max(next_offset, _offset(message))
-                    if next_offset >= span.end:
-                        target = min(target, next_offset)  # the partition's end, for now
-                    continue
-                if kept:
-                    raise TailLost(error.str())
-                if error.fatal():
-                    raise KafkaException(error)
-                # Transient (broker restart, leader move): the deadline bounds retrying.
-                log.warning(
-                    "%s: topic %s partition %s offset %s: %s",
-                    SOURCE_NAME,
-                    span.topic,
-                    span.partition,
-                    next_offset,
-                    error.str(),
-                )
-                continue
-            offset = _offset(message)
-            if offset >= target:
-                next_offset = target
-                break
-            if kept and offset < next_offset:
-                raise TailLost(f"offset {offset} below the position {next_offset}")
-            next_offset = offset + 1
-            deadline = time.monotonic() + patience_ms / 1000
-            yield message
-    if reach is not None:
-        reach.end = next_offset
-
-
-class PartitionTail:
-    """A consumer kept for one partition between the driver's reads of it, unassigned in
-    between (it fetches nothing while idle): a read is an assignment and a fetch, where a
-    fresh read costs a connection, two ListOffsets and a fetch (each of which scans the
-    partition's log on the Tansu stand-in). It reads only where a read just ended (the
-    caller's window), so the watermarks are not asked again; an offset the broker no longer
-    has is an error here (`auto.offset.reset: error`), never a silent jump: the caller reads
-    afresh (`TailLost`)."""
-
-    def __init__(self, options: KafkaSourceOptions) -> None:
-        self.options = options
-        self._consumer = _consumer(
-            options,
-            **{
-                "enable.partition.eof": True,
-                "auto.offset.reset": "error",
-                "fetch.wait.max.ms": 10,  # no fetch held at the broker when it unassigns
-            },
-        )
-
-    def read(self, span: PartitionRange, ahead: int, reach: Reach) -> Iterator[pa.RecordBatch]:
-        """``span`` and up to ``ahead`` records past it that are there at once, as
-        `read_range_arrow`; ``reach.end`` how far it got. The caller reads it to its end."""
-        # Assigned afresh at the range's start: no seek state to get wrong, and with nothing
-        # fetched while unassigned, nothing in flight to wait for.
-        self._consumer.assign([KafkaTopicPartition(span.topic, span.partition, span.start)])
-        try:
-            messages = _messages(
-                self._consumer, self.options, span, span.end + ahead, reach, kept=True
-            )
-            yield from _arrow_batches(span, messages)
-        finally:
-            self._consumer.unassign()
-
-    def close(self) -> None:
-        self._consumer.close()
 
 
 def _offset(message: Message) -> int:
@@ -481,10 +409,6 @@ def read_range_arrow(
 ) -> Iterator[pa.RecordBatch]:
     """The records of ``span`` as Arrow batches of the source's schema (`consume_range`:
     ``ahead`` and ``reach`` as there)."""
-    return _arrow_batches(span, consume_range(options, span, ahead, reach))
-
-
-def _arrow_batches(span: PartitionRange, messages: Iterator[Message]) -> Iterator[pa.RecordBatch]:
     keys: list[bytes | None] = []
     values: list[bytes | None] = []
     offsets: list[int] = []
@@ -509,7 +433,7 @@ def _arrow_batches(span: PartitionRange, messages: Iterator[Message]) -> Iterato
             column.clear()
         return batch
 
-    for message in messages:
+    for message in consume_range(options, span, ahead, reach):
         micros, kind = _timestamp(message)
         keys.append(message.key())
         values.append(message.value())

@@ -27,20 +27,13 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from cdc_sync.source.offsets import PartitionRange, TopicPartition
 from cdc_sync.source.options import KafkaSourceOptions
-from cdc_sync.source.python_kafka import (
-    ARROW_SCHEMA,
-    PartitionTail,
-    Reach,
-    TailLost,
-    read_range_arrow,
-)
+from cdc_sync.source.python_kafka import ARROW_SCHEMA, Reach, read_range_arrow
 
 # Records read past a range's end when the broker holds them already: a driver batch's size.
 READ_AHEAD = 2_000
@@ -48,8 +41,6 @@ BUDGET_BYTES = 64 * 1024 * 1024
 # A window nobody read or extended for this long is dropped: a topic deleted and re-created
 # under its name reuses offsets, and a consumer coming back to it must read the new records.
 IDLE_SECONDS = 60.0
-# Kept consumers (each a librdkafka client with its threads): the partitions read most lately.
-MAX_TAILS = 16
 
 # (options, span, ahead, reach) -> the span's records, then up to `ahead` more; `reach.end`
 # set to how far the read got (source.python_kafka.read_range_arrow).
@@ -74,44 +65,31 @@ class _Window:
         return self.records.filter(inside)
 
 
-class Tail(Protocol):
-    """A consumer kept for one partition (source.python_kafka.PartitionTail)."""
-
-    def read(self, span: PartitionRange, ahead: int, reach: Reach) -> Iterator[pa.RecordBatch]: ...
-
-    def close(self) -> None: ...
-
-
 @dataclass
 class ReadCounts:
     """What the reads of this process did (tests, the console's debug line)."""
 
-    from_broker: int = 0  # ranges read afresh from the broker (watermarks checked)
-    from_tail: int = 0  # unread ends of a window, read by the partition's kept consumer
+    from_broker: int = 0  # ranges (or their unread tails) read from the broker
     from_memory: int = 0  # ranges served whole from a window
 
 
 class RecentReads:
     """Ranges of recent records, shared by every consumer of this process (thread-safe:
-    each streaming query's `foreachBatch` runs on a thread of its own; a partition's window
-    and kept consumer are used under that partition's lock only)."""
+    each streaming query's `foreachBatch` runs on a thread of its own)."""
 
     def __init__(
         self,
         read: RangeReader = read_range_arrow,
-        tail: Callable[[KafkaSourceOptions], Tail] = PartitionTail,
         budget_bytes: int = BUDGET_BYTES,
         ahead: int = READ_AHEAD,
         idle_seconds: float = IDLE_SECONDS,
     ) -> None:
         self._read = read
-        self._new_tail = tail
         self.budget_bytes = budget_bytes
         self.ahead = ahead
         self.idle_seconds = idle_seconds
         self.counts = ReadCounts()
         self._windows: OrderedDict[WindowKey, _Window] = OrderedDict()  # least recent first
-        self._tails: dict[WindowKey, Tail] = {}
         self._guard = threading.Lock()  # the dicts and counts
         self._partition_locks: dict[WindowKey, threading.Lock] = {}
 
@@ -124,12 +102,9 @@ class RecentReads:
 
     def forget(self, options: KafkaSourceOptions, partitions: Iterable[TopicPartition]) -> None:
         """Drop what is held of these partitions (their topic was re-created)."""
-        for topic, partition in partitions:
-            key = _key(options, topic, partition)
-            with self._lock_of(key):
-                with self._guard:
-                    self._windows.pop(key, None)
-                self._drop_tail(key)
+        with self._guard:
+            for topic, partition in partitions:
+                self._windows.pop(_key(options, topic, partition), None)
 
     def held_bytes(self) -> int:
         with self._guard:
@@ -155,9 +130,9 @@ class RecentReads:
         if window is not None and span.start < window.start:
             return self._from_broker(options, span, ahead=0)[0]  # a laggard reads for itself
         if window is not None and span.start <= window.end:
-            unread = PartitionRange(span.topic, span.partition, window.end, span.end)
-            read, reach = self._from_tail(options, key, unread)
-            if reach < unread.end:
+            tail = PartitionRange(span.topic, span.partition, window.end, span.end)
+            read, reach = self._from_broker(options, tail, self.ahead)
+            if reach < tail.end:
                 return pa.concat_tables([window.slice(span.start, window.end), read])
             window = _Window(window.start, reach, pa.concat_tables([window.records, read]))
         else:
@@ -178,44 +153,6 @@ class RecentReads:
         with self._guard:
             self.counts.from_broker += 1
         return pa.Table.from_batches(batches, schema=ARROW_SCHEMA), reach.end
-
-    def _from_tail(
-        self, options: KafkaSourceOptions, key: WindowKey, span: PartitionRange
-    ) -> tuple[pa.Table, int]:
-        """As `_from_broker`, for a span starting where the partition's window ends: through
-        the partition's kept consumer; afresh when that one lost its place."""
-        tail = self._tails.get(key)
-        if tail is None:
-            self._close_idle_tails(MAX_TAILS - 1)
-            tail = self._tails[key] = self._new_tail(options)
-        reach = Reach(span.start)
-        try:
-            batches = list(tail.read(span, self.ahead, reach))
-        except TailLost:
-            self._drop_tail(key)
-            return self._from_broker(options, span, self.ahead)
-        except BaseException:
-            self._drop_tail(key)
-            raise
-        with self._guard:
-            self.counts.from_tail += 1
-        return pa.Table.from_batches(batches, schema=ARROW_SCHEMA), reach.end
-
-    def _close_idle_tails(self, keep: int) -> None:
-        """Close kept consumers, oldest first, until at most `keep` are left (skipping one
-        that another thread reads through now)."""
-        for key in list(self._tails)[: max(0, len(self._tails) - keep)]:
-            lock = self._lock_of(key)
-            if lock.acquire(blocking=False):
-                try:
-                    self._drop_tail(key)
-                finally:
-                    lock.release()
-
-    def _drop_tail(self, key: WindowKey) -> None:
-        tail = self._tails.pop(key, None)
-        if tail is not None:
-            tail.close()
 
     def _keep(self, key: WindowKey, window: _Window) -> None:
         with self._guard:
