@@ -13,8 +13,9 @@ an order; no order is cancelled), then:
 - baseline: no sync system; the workload at each rate and a burst of probe writes, to measure
   what they alone cost Postgres (e2ebench/pgload.py);
 - pgsync (PyPI `pgsync` 7.x in its own venv; once with its defaults, once tuned as
-  bench_pgsync.py) and cdc-sync (the sync job and the embedded capture, as bench_e2e.py; it
-  also keeps the mapping's flat routes in search, Redis and Delta):
+  bench_pgsync.py) and cdc-sync (the sync job and the embedded capture, as bench_e2e.py; the
+  job runs the document index's consumer only, the work pgsync does, unless `--with-flat`
+  keeps the mapping's flat routes in search, Redis and Delta beside it):
   1. initial build: seconds until a search count of its index shows every document;
   2. freshness per rate: child changes only (line quantity updates, line inserts and deletes,
      product price and name updates, customer renames), commit -> visible in the order
@@ -106,6 +107,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add_run_options(parser, SYSTEMS)
     parser.add_argument("--state-dir", default=".cdc-sync/bench-documents")
     parser.add_argument("--keep-state", action="store_true", help="keep each phase's stack data")
+    parser.add_argument(
+        "--with-flat",
+        action="store_true",
+        help="cdc-sync also keeps the flat routes (search, Redis, Delta) beside the documents",
+    )
     parser.add_argument(
         "--output", help="JSON path (default benchmarks/results/documents-<date>.json)"
     )
@@ -301,7 +307,8 @@ def run_cdc_sync(args: argparse.Namespace, mapping: MappingFile, run_dir: Path) 
         rows = load(args, mapping, urls)
         result["rows"] = rows.counts
         services = {s.name: s.pid for s in stack.started()}
-        job = start_job(connections, run_dir, list(args.job_arg))
+        consumers = [] if args.with_flat else ["--consumers", f"documents:{DOCUMENT}"]
+        job = start_job(connections, run_dir, [*consumers, *args.job_arg])
         assert job.process is not None
         job_pid = job.process.pid
         cpu_before = cpu_snapshot(job_pid, services)

@@ -22,6 +22,7 @@ from opensearchpy import NotFoundError, OpenSearch
 
 from cdc_sync.core.settings import Connections
 from cdc_sync.mapping import MappingFile
+from cdc_sync.sinks.search.backends import is_transient as search_transient
 from e2ebench.documents import Reserved
 from e2ebench.sampler import POLL_SECONDS, Probe, Sampler, percentiles
 
@@ -178,7 +179,13 @@ class DocumentSampler(Sampler):
         while pending and time.monotonic() - committed < timeout:
             waiting = sorted(pending)
             for start in range(0, len(waiting), MGET_CHUNK):
-                for doc in self.search.mget(self.alias, waiting[start : start + MGET_CHUNK]):
+                try:
+                    docs = self.search.mget(self.alias, waiting[start : start + MGET_CHUNK])
+                except Exception as exc:  # the fan-out keeps the server busy: read again
+                    if not search_transient(exc):
+                        raise
+                    continue
+                for doc in docs:
                     customer = (doc.get("_source") or {}).get("customer") or {}
                     if doc.get("found") and customer.get("full_name") == marker:
                         pending.discard(doc["_id"])
