@@ -125,9 +125,13 @@ def render(result: dict[str, Any]) -> str:
         + " ".join(f"{k}={v}" for k, v in options["tuning"].items()),
         "ratio = cdc-sync / pgsync (docs/s: > 1 cdc-sync faster; seconds and loads: < 1 "
         "cdc-sync better)",
-        "initial build: from capture start (cdc-sync: also its flat search, Redis and Delta "
-        "routes of the four tables) or pgsync's daemon start, until a search count shows every "
-        "document",
+        "initial build: from capture start (cdc-sync: "
+        + (
+            "also its flat search, Redis and Delta routes of the four tables"
+            if options.get("with_flat")
+            else "the document index's consumer only"
+        )
+        + ") or pgsync's daemon start, until a search count shows every document",
         "freshness: child changes only (line quantity, line insert/delete, product price/name, "
         "customer rename); probes poll one order document each",
         "Postgres load: per change followed (workload + probes), over each step's whole window "
