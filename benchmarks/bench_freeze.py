@@ -120,7 +120,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         capture = start_capture(connections, run_dir)
         snapshot: Callable[[], dict[str, float]] = lambda: cpu_snapshot(job_pid, services)  # noqa: E731
         result["initial_sync"] = initial_sync(
-            counter, capture, sum(result["rows"].values()), started, snapshot
+            counter, capture, job, sum(result["rows"].values()), started, snapshot
         )
         log.info("initial sync %s", result["initial_sync"])
         workload = MixedWorkload(urls.pg_url, args.customers, args.orders, PROBE_ROWS + 1)
