@@ -164,6 +164,22 @@ def test_a_forgotten_partition_is_read_again() -> None:
     assert len(partition.asked) == 2
 
 
+def test_a_partition_forgotten_while_a_read_is_in_flight_keeps_nothing_of_that_read() -> None:
+    """The read began before planning found the topic re-created: what it brings back must
+    not become the window the forget just dropped."""
+    partition = Partition(slow_s=0.3)
+    partition.append(10)
+    reads = RecentReads(partition.read)
+    reader = threading.Thread(target=read, args=(reads, 0, 10))
+    reader.start()
+    time.sleep(0.1)  # the read is at the broker
+    reads.forget(OPTIONS, [(TOPIC, 0)])
+    reader.join()
+    partition.slow_s = 0.0
+    read(reads, 0, 10)
+    assert len(partition.asked) == 2
+
+
 def test_what_is_kept_stays_within_the_budget() -> None:
     partition = Partition()
     partition.append(600)

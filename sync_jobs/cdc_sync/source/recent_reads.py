@@ -101,10 +101,12 @@ class RecentReads:
         yield from records.to_batches()
 
     def forget(self, options: KafkaSourceOptions, partitions: Iterable[TopicPartition]) -> None:
-        """Drop what is held of these partitions (their topic was re-created)."""
-        with self._guard:
-            for topic, partition in partitions:
-                self._windows.pop(_key(options, topic, partition), None)
+        """Drop what is held of these partitions (their topic was re-created). Under each
+        partition's lock: a read in flight would otherwise keep its window after this."""
+        for topic, partition in partitions:
+            key = _key(options, topic, partition)
+            with self._lock_of(key), self._guard:
+                self._windows.pop(key, None)
 
     def held_bytes(self) -> int:
         with self._guard:
