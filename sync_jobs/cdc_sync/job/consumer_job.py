@@ -97,6 +97,10 @@ PASSING_FAILURES: tuple[type[BaseException], ...] = (
 )
 
 
+# A traceback's "module.Type: message" lines (the last one names what was raised).
+RAISED = re.compile(r"^([A-Za-z_][\w.]*): ", re.MULTILINE)
+
+
 def may_pass(error: BaseException) -> bool:
     """A failure in `PASSING_FAILURES`, raised here or in a Spark task: a task's error reaches
     the driver as Spark's PythonException, its type named only in the task's traceback (seen on
@@ -105,11 +109,8 @@ def may_pass(error: BaseException) -> bool:
         return True
     if not isinstance(error, PythonException):
         return False
-    raised = RAISED.findall(str(error))  # the traceback's "module.Type: message" lines
+    raised = RAISED.findall(str(error))
     return bool(raised) and raised[-1].rsplit(".", 1)[-1] in {k.__name__ for k in PASSING_FAILURES}
-
-
-RAISED = re.compile(r"^([A-Za-z_][\w.]*): ", re.MULTILINE)
 
 
 def converter_modes(mapping: MappingFile) -> ConverterModes:

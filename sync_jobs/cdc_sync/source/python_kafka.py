@@ -125,6 +125,7 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: KafkaSourceOptions) -> None:
         self.options = options
         self._metadata_consumer: Consumer | None = None
+        self._shared_highs = SharedHighs(options.bootstrap, options.shared_highs_ms)
         # Set by prepareForTriggerAvailableNow: latestOffset never goes past it.
         self._available_now_target: PartitionOffsets | None = None
         # What latestOffset just read, for the calls Spark makes right after it in the same
@@ -163,17 +164,16 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _watermarks(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, Watermarks]:
         return _watermarks_from(self.metadata_consumer, partitions)
 
+    def _latest(self, partitions: Sequence[TopicPartition]) -> PartitionOffsets:
+        return listed_offsets(self.metadata_consumer, partitions, LATEST_OFFSET)
+
     def _high_watermarks(self) -> PartitionOffsets:
-        return listed_offsets(self.metadata_consumer, self._partitions(), LATEST_OFFSET)
+        return self._latest(self._partitions())
 
     def _planning_highs(self) -> PartitionOffsets:
         """The high watermarks to plan a batch with: as another consumer's planner asked for
         them a moment ago, when it did (source.shared_highs)."""
-        shared = SharedHighs(self.options.bootstrap, self.options.shared_highs_ms)
-        return shared.highs(
-            self._partitions(),
-            lambda partitions: listed_offsets(self.metadata_consumer, partitions, LATEST_OFFSET),
-        )
+        return self._shared_highs.highs(self._partitions(), self._latest)
 
     def _planning_watermarks(self, begin: PartitionOffsets) -> dict[TopicPartition, Watermarks]:
         """Every partition's high watermark, in one request; its low one only where planning

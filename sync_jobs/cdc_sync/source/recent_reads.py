@@ -67,7 +67,7 @@ class _Window:
 
 @dataclass
 class ReadCounts:
-    """What the reads of this process did (tests, the console's debug line)."""
+    """What the reads of this process did (read by the tests)."""
 
     from_broker: int = 0  # ranges (or their unread tails) read from the broker
     from_memory: int = 0  # ranges served whole from a window
@@ -124,10 +124,12 @@ class RecentReads:
             if window is not None and time.monotonic() - window.at > self.idle_seconds:
                 del self._windows[key]  # not read for long: the topic may be new since
                 window = None
-            if window is not None and window.holds(span):
+            held = window is not None and window.holds(span)
+            if held:
                 self.counts.from_memory += 1
                 self._windows.move_to_end(key)
-        if window is not None and window.holds(span):
+        if held:
+            assert window is not None
             return window.slice(span.start, span.end)
         if window is not None and span.start < window.start:
             return self._from_broker(options, span, ahead=0)[0]  # a laggard reads for itself
