@@ -48,6 +48,21 @@ def write_until(workload: Workload, target: int, stop: threading.Event) -> None:
         time.sleep(0.05)
 
 
+def write_at_rate(workload: Workload, changes_per_second: float, stop: threading.Event) -> None:
+    """Operations one at a time, held to `changes_per_second` committed changes on average,
+    until `stop`; 0: as fast as `write_until` writes."""
+    if changes_per_second <= 0:
+        write_until(workload, sys.maxsize, stop)
+        return
+    first, started = workload.changes, time.monotonic()
+    while not stop.is_set():
+        due = first + (time.monotonic() - started) * changes_per_second
+        if workload.changes < due:
+            workload.run(1)
+        else:
+            stop.wait(0.05)
+
+
 def in_background(action: Callable[[], None]) -> threading.Thread:
     thread = threading.Thread(target=action, daemon=True)
     thread.start()
