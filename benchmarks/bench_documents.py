@@ -21,7 +21,11 @@ an order; no order is cancelled), then:
      product price and name updates, customer renames), commit -> visible in the order
      document p50/p99 from probes (e2ebench/docprobe.py), run_step's ladder;
   3. fan-out: the customer with F orders renamed, seconds until every order shows it;
-  4. Postgres per change followed (workload and probes) over each step's window (workload,
+  4. (cdc-sync) the server's raw rewrite rate of a sample of the index's documents, into
+     scratch indices, no job (e2ebench/docserver.py): a rate needing more documents/s than
+     that (documents a change reaches, from a drained step's batch lines) cannot drain on this
+     server for any system (e2ebench/docbound.py);
+  5. Postgres per change followed (workload and probes) over each step's window (workload,
      drain, settle; a system's steady background such as heartbeats counts): scans on the four
      tables, scans on every table, rows read, transactions, less the baseline's cost of the
      same changes (its stats, its reasoning: e2ebench/pgload.py).
@@ -60,7 +64,8 @@ from bench_pgsync import (  # noqa: E402
 )
 from e2ebench import pgsync  # noqa: E402
 from e2ebench.docprobe import DocumentSampler, count_documents  # noqa: E402
-from e2ebench.docreport import compare, render  # noqa: E402
+from e2ebench.docreport import bounds, compare, render  # noqa: E402
+from e2ebench.docserver import raw_rewrite_rates  # noqa: E402
 from e2ebench.documents import (  # noqa: E402
     DOCUMENT,
     ChildWorkload,
@@ -105,6 +110,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--rates", default="20,100", help="changes/s ladder (20,100)")
     parser.add_argument("--step-seconds", type=float, help="seconds per step (60)")
     add_run_options(parser, SYSTEMS)
+    parser.add_argument(
+        "--raw-sample",
+        type=int,
+        default=10_000,
+        help="documents of cdc-sync's index rewritten raw into scratch indices after its steps "
+        "(10,000): the server's own rate for them, against which a rate's bound is read",
+    )
     parser.add_argument("--state-dir", default=".cdc-sync/bench-documents")
     parser.add_argument("--keep-state", action="store_true", help="keep each phase's stack data")
     parser.add_argument(
@@ -338,6 +350,11 @@ def run_cdc_sync(args: argparse.Namespace, mapping: MappingFile, run_dir: Path) 
         )
         result["workload"] = dict(workload.done)
         result["log"] = str(job_log(run_dir))
+        # The same documents on the same server, no job: what a rate's bound is read against.
+        result["raw_rewrites"] = raw_rewrite_rates(
+            urls.search_url, services[SEARCH_SERVICE], spec.index, args.raw_sample
+        )
+        log.info("raw rewrites of %s: %s", spec.index, result["raw_rewrites"])
     finally:
         stop_run((sampler, workload), job, capture, stack)
         drop_run_data(run_dir, keep=args.keep_state)
@@ -370,6 +387,7 @@ def main(argv: list[str] | None = None) -> int:
             result["systems"][name] = run_pgsync(args, mapping, base / name, tuning)
         # Written after each phase: a failure later keeps what was measured.
         result["comparison"] = compare(result)
+        result["drain_bounds"] = bounds(result)
         output.write_text(json.dumps(result, indent=2, default=str))
     print(render(result))
     print(f"\nJSON: {output}")

@@ -38,13 +38,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import shutil
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -55,6 +53,7 @@ sys.path[:0] = [str(ROOT), str(Path(__file__).resolve().parent)]  # e2ebench.*, 
 
 import psycopg  # noqa: E402
 from bench_pgsync import run_header, start_process  # noqa: E402
+from e2ebench.docserver import Server  # noqa: E402
 from e2ebench.documents import DOCUMENT, load_document_rows  # noqa: E402
 from e2ebench.docwrites import (  # noqa: E402
     HEADER,
@@ -62,9 +61,7 @@ from e2ebench.docwrites import (  # noqa: E402
     Case,
     CaseResult,
     Document,
-    Pass,
     Shape,
-    Stream,
     as_objects,
     best_case,
     bulk_bodies,
@@ -79,9 +76,7 @@ from e2ebench.docwrites import (  # noqa: E402
     verdict,
 )
 from e2ebench.load import PRODUCTS  # noqa: E402
-from e2ebench.observe import tree_usage  # noqa: E402
-from e2ebench.raw import STEADY_BULK_SECONDS, UPDATE_CHUNK, steady_bulks  # noqa: E402
-from opensearchpy import OpenSearch  # noqa: E402
+from e2ebench.raw import UPDATE_CHUNK  # noqa: E402
 from opensearchpy.serializer import JSONSerializer  # noqa: E402
 from probe_document_fanout import CountingWriter  # noqa: E402
 
@@ -248,72 +243,6 @@ def _cpu_seconds(work: Callable[[], object]) -> float:
     started = time.process_time()
     work()
     return time.process_time() - started
-
-
-class Server:
-    """The search server the cases write to, and its CPU."""
-
-    def __init__(self, url: str, pid: int, writers: int) -> None:
-        self.url, self.pid = url, pid
-        self.client = OpenSearch(hosts=[url], timeout=900, max_retries=0, pool_maxsize=writers)
-
-    def cpu(self) -> float:
-        return tree_usage(self.pid).cpu_seconds
-
-    def bulk(self, body: bytes) -> float:
-        started = time.monotonic()
-        answer = self.client.bulk(body=body)
-        took = time.monotonic() - started
-        if answer.get("errors"):
-            failed = next(i for i in answer["items"] if i.get("index", {}).get("error"))
-            raise RuntimeError(f"bulk item error: {failed}")
-        return took
-
-    def send(self, bodies: Sequence[bytes], writers: int) -> Pass:
-        """Every body once; several writers send at once, each its next body."""
-        cpu, started = self.cpu(), time.monotonic()
-        with ThreadPoolExecutor(writers) as pool:
-            seconds = list(pool.map(self.bulk, bodies))
-        took = time.monotonic() - started
-        documents = sum(body.count(b"\n") // 2 for body in bodies)
-        return Pass(documents, took, len(bodies), max(seconds, default=0.0), self.cpu() - cpu)
-
-    def stream(
-        self,
-        index: str,
-        documents: Sequence[Document],
-        version: int | None,
-        seconds: float,
-        warmup_limit: float,
-    ) -> tuple[Stream, int | None]:
-        """UPDATE_CHUNK random documents a bulk, each with a changed customer; raw.py's steady
-        rule. Returns the next version to write at."""
-        rng = random.Random(26)
-        sent = 0
-
-        def one_bulk() -> float:
-            nonlocal sent
-            sent += 1
-            sample = renamed(rng.sample(documents, UPDATE_CHUNK), f"stream {sent}")
-            at = None if version is None else version + sent
-            return self.bulk(bulk_bodies(index, sample, UPDATE_CHUNK, at)[0])
-
-        cpu = self.cpu()
-        found = steady_bulks(one_bulk, seconds, warmup_limit)
-        every = found.warmup + found.timed
-        stream = Stream(
-            round(found.warmup_seconds, 2),
-            found.steady,
-            UPDATE_CHUNK * len(found.timed),
-            found.seconds,
-            sum(s > STEADY_BULK_SECONDS for s in every),
-            max(every),
-            self.cpu() - cpu,
-        )
-        return stream, None if version is None else version + sent + 1
-
-    def close(self) -> None:
-        self.client.close()
 
 
 def run_case(

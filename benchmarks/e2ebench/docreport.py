@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from e2ebench.docbound import bound_line, drain_bounds
 from e2ebench.pgload import sync_share, unit_costs
 from e2ebench.report import cell, ratio, table
 
@@ -150,7 +151,32 @@ def render(result: dict[str, Any]) -> str:
         *(f"- {limit}" for limit in PGSYNC_LIMITS),
     ]
     lines += _notes(result)
+    lines += _bounds(result)
     return "\n".join(lines)
+
+
+def bounds(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """cdc-sync's documents/s needed per asked rate against the same run's raw rewrite rate."""
+    phase = result["systems"].get("cdc-sync") or {}
+    if not phase.get("streaming"):
+        return []
+    return drain_bounds(result["options"]["rates"], phase["streaming"], phase.get("raw_rewrites"))
+
+
+def _bounds(result: dict[str, Any]) -> list[str]:
+    phase = result["systems"].get("cdc-sync") or {}
+    raw = phase.get("raw_rewrites")
+    if not raw:
+        return []
+    rates = ", ".join(
+        f"{kind} {r['rate']:,.0f}/s ({r['documents']:,} documents)" for kind, r in raw.items()
+    )
+    drained = {s["target_rate"]: s["drains"] for s in phase.get("streaming", [])}
+    return [
+        "",
+        f"the server's raw rewrite rate of cdc-sync's documents, same run: {rates}",
+        *(f"- {bound_line(b, drained.get(b['rate']))}" for b in bounds(result)),
+    ]
 
 
 def _notes(result: dict[str, Any]) -> list[str]:
@@ -181,14 +207,15 @@ def _notes(result: dict[str, Any]) -> list[str]:
                     for kind, k in kinds.items()
                 )
                 notes.append(f"- {name}: {rate:.0f} changes/s, p50/p99 s by probe kind: {cells}")
-            stages = step.get("stages") or {}
-            if "documents" in stages.get("stage_mean_seconds", {}):
-                notes.append(
-                    f"- {name}: {rate:.0f} changes/s: batches of "
-                    f"{stages['records_per_batch']:.0f} records every "
-                    f"{cell(stages['interval_mean_seconds'])} s, "
-                    f"{cell(stages['stage_mean_seconds']['documents'])} s of it documents"
-                )
+            for consumer, stages in (step.get("stages") or {}).items():
+                if "documents" in stages.get("stage_mean_seconds", {}):
+                    notes.append(
+                        f"- {name} ({consumer}): {rate:.0f} changes/s: batches of "
+                        f"{stages['records_per_batch']:.0f} records every "
+                        f"{cell(stages['interval_mean_seconds'])} s, "
+                        f"{cell(stages['stage_mean_seconds']['documents'])} s of it documents, "
+                        f"{stages.get('documents', 0):,} documents written"
+                    )
             load = step_load(result, phase, rate)
             if load is not None:
                 tables = ", ".join(f"{t} {v}" for t, v in load["scans_per_change_by_table"].items())

@@ -149,8 +149,9 @@ def _phase(seconds: float, p50: float, fanout: float, scans: int) -> dict[str, A
             "probes_written": 1, "latency": {"probes": 1, "unresolved": 0, "search": latency},
             "postgres": _counters({"shop.orders": scans}, 20),
             "latency_by_kind": {"line": {"probes": 1, "unresolved": 1, "p50": None, "p99": None}},
-            "stages": {"records_per_batch": 12.0, "interval_mean_seconds": 0.5,
-                       "stage_mean_seconds": {"documents": 0.25}},
+            "stages": {"documents:shop_order_documents": {
+                "records_per_batch": 12.0, "interval_mean_seconds": 0.5,
+                "stage_mean_seconds": {"documents": 0.25}, "documents": 160}},
         }],
         "fanout": {"orders": 100, "first_seconds": fanout / 2, "all_seconds": fanout, "missing": 0},
     }  # fmt: skip
@@ -179,4 +180,10 @@ def test_comparison_ratios_are_cdc_sync_over_pgsync_and_name_pgsyncs_limits() ->
     assert "RAW: no baseline ran" in text
     assert "pgsync: 20 changes/s, scans/change by table: shop.orders 10.0" in text
     assert "p50/p99 s by probe kind: line -/- (1 unseen)" in text
-    assert "batches of 12 records every 0.50 s, 0.25 s of it documents" in text
+    assert "batches of 12 records every 0.50 s, 0.25 s of it documents, 160 documents" in text
+    assert "raw rewrite rate" not in text  # cdc-sync's phase measured none
+    result["systems"]["cdc-sync"]["raw_rewrites"] = {"nested": {"rate": 100.0, "documents": 50}}
+    # 160 documents for 20 changes followed: 8 a change, 160/s needed at 20/s, 100/s raw.
+    assert "20 changes/s needs 160 documents/s (8.0 a change), the server rewrites these " in (
+        render(result)
+    )
