@@ -39,6 +39,7 @@ lint: install ## ruff + mypy + import contracts (layers only point down)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/mypy benchmarks
 	PYTHONPATH=sync_jobs:connectors:infra $(BIN)/lint-imports
 
 bench: install ## benchmarks: Kafka source read rate, end-to-end (BENCH_ARGS, e.g. --quick), nested documents beside pgsync (DOCUMENTS_ARGS), search frozen (FREEZE_ARGS)
