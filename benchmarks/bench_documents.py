@@ -75,7 +75,7 @@ from e2ebench.documents import (  # noqa: E402
 )
 from e2ebench.ladder import StepPlan, run_step  # noqa: E402
 from e2ebench.load import PRODUCTS  # noqa: E402
-from e2ebench.observe import cpu_snapshot, tree_usage  # noqa: E402
+from e2ebench.observe import batch_lines, cpu_snapshot, stage_breakdown, tree_usage  # noqa: E402
 from e2ebench.pgload import delta, read_counters  # noqa: E402
 from e2ebench.pipeline import (  # noqa: E402
     CONNECTOR,
@@ -324,7 +324,7 @@ def run_cdc_sync(args: argparse.Namespace, mapping: MappingFile, run_dir: Path) 
         assert job.process is not None
         job_pid = job.process.pid
         cpu_before = cpu_snapshot(job_pid, services)
-        started = time.monotonic()
+        wall_started, started = time.time(), time.monotonic()
         capture = start_capture(connections, run_dir)
         deadline = started + BUILD_TIMEOUT
         while (count := count_documents(urls.search_url, spec.index)) < rows.expected:
@@ -341,6 +341,9 @@ def run_cdc_sync(args: argparse.Namespace, mapping: MappingFile, run_dir: Path) 
             "seconds": round(seconds, 1),
             "documents_per_second": round(rows.expected / seconds, 1),
             "cpu_seconds": {n: round(cpu_after[n] - cpu_before[n], 1) for n in cpu_after},
+            # Where the build's seconds went: the job's batches (snapshot rows merged, then the
+            # batch that ends the snapshot renders every root), from its batch lines.
+            "stages": stage_breakdown(batch_lines(job_log(run_dir)), wall_started, time.time()),
         }
         log.info("%s initial build %s", spec.index, result["initial_build"])
         sampler, workload = probing(args, mapping, urls, spec.index)

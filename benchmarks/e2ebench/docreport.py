@@ -187,6 +187,8 @@ def _notes(result: dict[str, Any]) -> list[str]:
             notes.append(
                 f"- {name}: {build['documents']:,} documents expected of {build['roots']:,} orders"
             )
+        for consumer, stages in (build.get("stages") or {}).items():
+            notes.append(f"- {name} ({consumer}): initial build: {build_stages(stages)}")
         for step in phase.get("streaming", []):
             rate = step["target_rate"]
             if not step["drains"]:
@@ -226,3 +228,18 @@ def _notes(result: dict[str, Any]) -> list[str]:
         if fan.get("missing"):
             notes.append(f"- {name}: fan-out: {fan['missing']} of {fan['orders']} never showed it")
     return notes
+
+
+def build_stages(stages: dict[str, Any]) -> str:
+    """A build's batches from the job's batch lines: how many, and the seconds each stage took
+    over all of them (the documents stage's is the render and the writes)."""
+    totals = {
+        stage: mean * stages["stage_batches"][stage]
+        for stage, mean in stages["stage_mean_seconds"].items()
+    }
+    spent = ", ".join(f"{stage} {cell(seconds)}" for stage, seconds in sorted(totals.items()))
+    return (
+        f"{stages['batches']} batches of up to {stages['max_records']:,} records, "
+        f"{stages.get('documents', 0):,} documents written; seconds in all: {spent}; the longest "
+        f"documents stage {cell(stages['stage_max_seconds'].get('documents'))} s"
+    )

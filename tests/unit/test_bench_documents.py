@@ -182,6 +182,18 @@ def test_comparison_ratios_are_cdc_sync_over_pgsync_and_name_pgsyncs_limits() ->
     assert "p50/p99 s by probe kind: line -/- (1 unseen)" in text
     assert "batches of 12 records every 0.50 s, 0.25 s of it documents, 160 documents" in text
     assert "raw rewrite rate" not in text  # cdc-sync's phase measured none
+    result["systems"]["cdc-sync"]["initial_build"]["stages"] = {
+        "documents:shop_order_documents": {
+            "batches": 3, "max_records": 2000, "documents": 600,
+            "stage_mean_seconds": {"decode": 0.5, "documents": 4.0},
+            "stage_batches": {"decode": 3, "documents": 1},
+            "stage_max_seconds": {"decode": 0.7, "documents": 4.0},
+        }
+    }  # fmt: skip
+    assert (
+        "cdc-sync (documents:shop_order_documents): initial build: 3 batches of up to 2,000 "
+        "records, 600 documents written; seconds in all: decode 1.50, documents 4.00"
+    ) in render(result)
     result["systems"]["cdc-sync"]["raw_rewrites"] = {"nested": {"rate": 100.0, "documents": 50}}
     # 160 documents for 20 changes followed: 8 a change, 160/s needed at 20/s, 100/s raw.
     assert "20 changes/s needs 160 documents/s (8.0 a change), the server rewrites these " in (
