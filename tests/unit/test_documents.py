@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import textwrap
-import threading
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -610,50 +608,3 @@ def test_rendered_chunks_are_written_in_bulks_as_large_as_the_sinks(tmp_path: Pa
     ]
     sync.apply([], folded(orders))
     assert [sorted(bulk) for bulk in index.bulks] == [["1", "2", "3", "4", "5"]]
-
-
-class SlowIndex(MemoryIndex):
-    """Each bulk takes a while; counts how many were in flight at once."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.lock = threading.Lock()
-        self.in_flight = self.most_in_flight = 0
-        self.bulks: list[list[str]] = []
-
-    def write_documents(self, alias: str, actions: Sequence[BulkAction]) -> WriteResult:
-        with self.lock:
-            self.in_flight += 1
-            self.most_in_flight = max(self.most_in_flight, self.in_flight)
-            self.bulks.append([action.doc_id for action in actions])
-        time.sleep(0.05)
-        try:
-            with self.lock:
-                return super().write_documents(alias, actions)
-        finally:
-            with self.lock:
-                self.in_flight -= 1
-
-
-@pytest.mark.parametrize("writers", [1, 2, 3])
-def test_bulks_go_out_several_at_once_and_each_document_once(tmp_path: Path, writers: int) -> None:
-    """A pass of 9 roots in bulks of 2 with `writers` bulks in flight while the next renders:
-    every document written once, never more than `writers` bulks at once, and the state
-    records each bulk's documents (rendering them again unchanged sends nothing)."""
-    index = SlowIndex()
-    sync = DocumentSync(
-        load(tmp_path), tmp_path / "state.sqlite", index, chunk=2, writers=writers, bulk=2
-    )
-    sync.ensure_targets(SCHEMAS_BY_TABLE)
-    orders = [
-        change("orders", {"id": i, "customer_id": 1, "status": "new"}, False, 10)
-        for i in range(1, 10)
-    ]
-    result = sync.apply([], folded(orders))
-    assert result.rendered == 9
-    assert sorted(d for bulk in index.bulks for d in bulk) == [str(i) for i in range(1, 10)]
-    assert index.most_in_flight == min(writers, len(index.bulks))
-    assert set(index.docs) == {str(i) for i in range(1, 10)}
-    sent = len(index.bulks)
-    sync.apply([], folded([dataclasses.replace(o, version=11) for o in orders]))
-    assert len(index.bulks) == sent  # re-rendered unchanged: the state knew what was written

@@ -4,10 +4,9 @@ Per batch, in one state transaction: each TRUNCATE of a document table and each 
 changes to them (full rows, filled) are merged into the state, and the roots they touch
 (`fanout`) are marked pending. Then each document's pending roots are rendered from the state in
 chunks of `chunk` roots (`render`: one lookup per relation and chunk) and written to the search
-server in bulks, `writers` of them in flight while the next chunk renders, all at the
-documents' version: the highest change version applied so far, so a later render (from a newer
-state) always overwrites an earlier one and never the reverse (`external_gte`). The source
-database serves none of it.
+server with one bulk request per chunk, all at the documents' version: the highest change version
+applied so far, so a later render (from a newer state) always overwrites an earlier one and
+never the reverse (`external_gte`). The source database serves none of it.
 
 An index is built anew, in a new concrete index behind its alias, when its spec or mapping
 changed (every root rendered from the state, then the alias moved), and when a new state starts
@@ -25,9 +24,7 @@ import hashlib
 import json
 import logging
 import time
-from collections import deque
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -68,9 +65,6 @@ STATE_FILE = "state.sqlite"  # in the document consumer's checkpoint (job.consum
 # (job.write.table_writes).
 DOCUMENTS_DEFERRED = "documents"
 CHUNK = 1000  # roots rendered at once (memory); their writes are gathered into larger bulks
-# Bulks in flight at once: the local search server indexes a bulk on about one core, and one
-# writer left the other idle while the driver rendered the next (make bench-documents' build).
-WRITERS = 2
 
 
 class DocumentWriter(Protocol):
@@ -116,8 +110,6 @@ class DocumentSync:
         *,
         names: Collection[str] | None = None,
         checkpoint: Path | None = None,
-        writers: int = WRITERS,
-        bulk: int = BULK_CHUNK,
     ) -> None:
         """`full_batch`: records a batch holds at most (the source's maxOffsetsPerTrigger): a
         full batch of snapshot rows has more behind it, so its roots wait for the batch that
@@ -132,7 +124,6 @@ class DocumentSync:
         self.state = DocumentState(state_path, self.specs.values())
         self.search = search
         self.chunk = chunk
-        self.writers, self.bulk = writers, bulk
         self.checkpoint = checkpoint
         self.tables = frozenset(t for spec in self.specs.values() for t in spec.tables())
 
@@ -372,40 +363,20 @@ class DocumentSync:
     def _write(
         self, name: str, target: str, chunks: Iterable[Sequence[BulkAction]]
     ) -> tuple[WriteResult, int]:
-        """The rendered chunks' actions, written in bulks of `bulk` (the search sink's
-        `BULK_CHUNK`), up to `writers` bulks in flight while the next is rendered, leaving out
-        documents the index already holds as rendered: what was written, and how many actions
-        were sent. A pass renders each root once, so bulks in flight together hold distinct
-        documents, all at one version; the next pass starts once every bulk answered. (Writes of
-        1,000 documents a bulk, the render chunk, left the local search server re-indexing for a
-        minute and more afterwards, while bulks of 2,000 or more did not:
-        benchmarks/probe_document_pattern.py.)"""
+        """The rendered chunks' actions, written in bulks as large as the search sink's
+        (`BULK_CHUNK`), leaving out documents the index already holds as rendered: what was
+        written, and how many actions were sent. (Writes of 1,000 documents a bulk, the render
+        chunk, left the local search server re-indexing for a minute and more afterwards, while
+        bulks of 2,000 or more did not: benchmarks/probe_document_pattern.py.)"""
         result, sent, gathered = WriteResult(), 0, list[tuple[BulkAction, bytes | None]]()
-        in_flight: deque[tuple[Future[WriteResult], list[tuple[BulkAction, bytes | None]]]]
-        in_flight = deque()
-
-        def settle_oldest() -> None:
-            nonlocal result
-            future, bulk = in_flight.popleft()
-            result = result.merge(self._record(name, bulk, future.result()))
-
-        with ThreadPoolExecutor(self.writers, thread_name_prefix=f"documents-{name}") as pool:
-            try:
-                for actions in chunks:
-                    gathered += self._changed(name, actions)
-                    if len(gathered) >= self.bulk:
-                        if len(in_flight) >= self.writers:
-                            settle_oldest()
-                        in_flight.append((pool.submit(self._send, target, gathered), gathered))
-                        sent, gathered = sent + len(gathered), []
-                if gathered:
-                    in_flight.append((pool.submit(self._send, target, gathered), gathered))
-                    sent += len(gathered)
-                while in_flight:
-                    settle_oldest()
-            finally:
-                for future, _ in in_flight:
-                    future.cancel()
+        for actions in chunks:
+            gathered += self._changed(name, actions)
+            if len(gathered) >= BULK_CHUNK:
+                result = result.merge(self._send(name, target, gathered))
+                sent, gathered = sent + len(gathered), []
+        if gathered:
+            result = result.merge(self._send(name, target, gathered))
+            sent += len(gathered)
         return result, sent
 
     def _changed(
@@ -422,16 +393,11 @@ class DocumentSync:
         ]
 
     def _send(
-        self, target: str, gathered: Sequence[tuple[BulkAction, bytes | None]]
+        self, name: str, target: str, gathered: Sequence[tuple[BulkAction, bytes | None]]
     ) -> WriteResult:
-        """One bulk (in a writer thread: the state is not touched here)."""
-        return self.search.write_documents(target, [action for action, _ in gathered])
-
-    def _record(
-        self, name: str, gathered: Sequence[tuple[BulkAction, bytes | None]], written: WriteResult
-    ) -> WriteResult:
-        """The state records what the index now holds after a bulk. A write fenced by a newer
-        document (one repair wrote, say) leaves its digest unknown: rendered again."""
+        """One bulk; then the state records what the index now holds. A write fenced by a
+        newer document (one repair wrote, say) leaves its digest unknown: rendered again."""
+        written = self.search.write_documents(target, [action for action, _ in gathered])
         refused = {failure.change.doc_id for failure in written.failures}
         kept = {
             action.doc_id: digest
