@@ -168,8 +168,10 @@ def _bounds(result: dict[str, Any]) -> list[str]:
     raw = phase.get("raw_rewrites")
     if not raw:
         return []
-    rates = ", ".join(
-        f"{kind} {r['rate']:,.0f}/s ({r['documents']:,} documents)" for kind, r in raw.items()
+    names = {"nested": "mapped as the index is", "object": "every relation `object` (reference)"}
+    rates = "; ".join(
+        f"{names.get(kind, kind)} {r['rate']:,.0f}/s ({r['documents']:,} documents)"
+        for kind, r in raw.items()
     )
     drained = {s["target_rate"]: s["drains"] for s in phase.get("streaming", [])}
     return [
