@@ -5,7 +5,8 @@ initial snapshot say `source.snapshot` "first" (the snapshot's first row), "true
 "last_in_data_collection" on each table's last row, and "last" on the snapshot's final row; a
 table without rows sends nothing. Every row of one snapshot carries the same version (the
 snapshot's consistent point), so the sweep at it never removes the snapshot's own rows. The
-decoder marks exactly the table-ending rows (`Change.ends_snapshot`).
+decoder marks exactly the table-ending rows (`Change.ends_snapshot`), and every row before the
+snapshot's final one as a snapshot that goes on (`Change.snapshot_continues`).
 """
 
 from __future__ import annotations
@@ -76,3 +77,6 @@ def test_each_tables_last_snapshot_row_ends_its_snapshot(
         assert ends == expected, table
         if len(cs) > 1:
             assert ends[-1] and not any(ends[:-1])
+        # Every row but the snapshot's very last says the snapshot goes on (documents wait).
+        goes_on = [isinstance(c, Change) and c.snapshot_continues for c in cs]
+        assert goes_on == [m != "last" for m in markers[table]], table

@@ -25,6 +25,7 @@ from tests.unit.test_documents import (
     MAPPING,
     SCHEMAS,
     SCHEMAS_BY_TABLE,
+    CountingIndex,
     MemoryIndex,
     change,
     folded,
@@ -214,6 +215,57 @@ def test_a_snapshot_in_progress_keeps_the_build_going(tmp_path: Path) -> None:
     assert index.aliases == {"order_docs": "order_docs_v1"} and index.docs == before
     new.apply([], folded([read(line(1, 1, version=900), last=True)]), records=1)
     assert index.aliases == {"order_docs": "order_docs_v2"} and index.docs == before
+
+
+def snapshot_row(found: Change, marker: str) -> Change:
+    """`found` as a full snapshot's row with Debezium's `source.snapshot` marker."""
+    return dataclasses.replace(
+        found,
+        op=Op.READ,
+        ends_snapshot=marker in ("last", "last_in_data_collection"),
+        snapshot_continues=marker != "last",
+    )
+
+
+def test_an_initial_snapshot_renders_each_document_once_when_it_ends(tmp_path: Path) -> None:
+    """The capture slower than the job: a batch that is not full holds the orders and ends the
+    customers' snapshot while the lines are still to be read. Rendering then would show
+    documents Postgres never held (orders without their lines) and render every one again; no
+    document is written until the snapshot's last row, and then each once, whole."""
+    index = CountingIndex()
+    sync = DocumentSync(load(tmp_path), tmp_path / "state.sqlite", index, full_batch=100)
+    sync.ensure_targets(SCHEMAS_BY_TABLE)
+    customer = change("customers", {"id": 1, "name": "c"}, False, 5)
+    first = [
+        snapshot_row(customer, "last_in_data_collection"),
+        snapshot_row(order(1, version=5), "first_in_data_collection"),
+        snapshot_row(order(2, version=5), "true"),
+    ]
+    customers_end = Truncate(
+        TableId("s", "customers"), 5, Coordinates("t", 0, 1), snapshot_end=True
+    )
+    sync.apply([customers_end], folded(first), records=3)
+    assert index.bulks == []
+    lines = [
+        snapshot_row(line(1, 1, version=5), "true"),
+        snapshot_row(line(2, 1, version=5), "last"),
+    ]
+    sync.apply([], folded(lines), records=2)
+    assert index.bulks == [["1", "2"]]
+    assert line_numbers(index, "1") == [1] and index.docs["2"]["customer"] == {"id": 1, "name": "c"}
+
+
+def test_incremental_snapshot_rows_render_when_the_batch_is_not_full(tmp_path: Path) -> None:
+    """Incremental-snapshot rows interleave with the stream (no `snapshot_continues`): a batch
+    of them that is not full renders as before, a full one waits for more."""
+    index = CountingIndex()
+    sync = DocumentSync(load(tmp_path), tmp_path / "state.sqlite", index, full_batch=2)
+    sync.ensure_targets(SCHEMAS_BY_TABLE)
+    incremental = [dataclasses.replace(order(i, version=5), op=Op.READ) for i in (1, 2)]
+    sync.apply([], folded(incremental), records=2)
+    assert index.bulks == []
+    sync.apply([], folded([dataclasses.replace(order(3, version=6), op=Op.READ)]), records=1)
+    assert sorted(index.bulks[0]) == ["1", "2", "3"]
 
 
 def test_a_spec_changed_on_a_new_checkpoint_reaches_the_index_mapping(tmp_path: Path) -> None:

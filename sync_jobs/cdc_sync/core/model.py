@@ -132,6 +132,12 @@ class Change:
     # and every row the sinks hold older than it that the snapshot did not write is gone
     # (job.settle.truncates applies it as a `Truncate` with `snapshot_end`).
     ends_snapshot: bool = False
+    # A row of a full snapshot that is not the snapshot's very last one (Debezium's
+    # `source.snapshot` "first", "true", "first_in_data_collection" or "last_in_data_collection";
+    # "last" ends the whole snapshot, "incremental" rows interleave with the stream): rows the
+    # snapshot has yet to read may belong with it (documents.builds: no document is rendered
+    # from such rows alone).
+    snapshot_continues: bool = False
     # Tables with a Delta history (`delta.history`): the key's earlier states in the batch, one
     # per version (the last change of each), oldest first. The fold keeps only the newest state;
     # the history needs every version (sinks.delta.history). Empty for every other table.

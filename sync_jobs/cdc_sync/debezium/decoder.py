@@ -253,6 +253,7 @@ def _parse_payload(
         uncertain_columns=uncertain,
         transaction=transaction,
         ends_snapshot=op is Op.READ and source.get("snapshot") in SNAPSHOT_END_MARKERS,
+        snapshot_continues=op is Op.READ and source.get("snapshot") in SNAPSHOT_GOES_ON,
     )
 
 
@@ -325,6 +326,9 @@ def _own_position(source: Mapping[str, Any]) -> int | None:
 # say "incremental". A table with no rows has no marker, and a one-row first table's row says
 # "first" (docs/known-limits.md).
 SNAPSHOT_END_MARKERS = ("last", "last_in_data_collection")
+# A full snapshot's rows before its very last one ("last"); "true" is a row between its first
+# and last.
+SNAPSHOT_GOES_ON = ("first", "true", "first_in_data_collection", "last_in_data_collection")
 
 
 def _is_snapshot_row(source: Mapping[str, Any]) -> bool:

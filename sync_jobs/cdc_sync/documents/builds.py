@@ -65,6 +65,18 @@ def snapshot_rows_only(
     return not truncates and bool(found) and in_progress
 
 
+def snapshot_goes_on(
+    truncates: Sequence[Truncate], changes: Mapping[TableId, Sequence[Change]]
+) -> bool:
+    """The batch holds rows of a full snapshot that goes on behind it, and besides them at most
+    the ends of some tables' snapshots: a root rendered now could miss children (or a parent)
+    the snapshot has yet to read, a document Postgres never held, so nothing renders until the
+    snapshot's last row (or anything after it) arrives. An initial build renders each root once."""
+    found = [c for batch in changes.values() for c in batch]
+    table_ends = all(t.snapshot_end for t in truncates)
+    return table_ends and bool(found) and all(c.snapshot_continues for c in found)
+
+
 def caught_up(full: bool, snapshot_rows: bool) -> bool:
     """A batch ends the backlog: it is not full (the source had no more to give it) and is not
     made only of the rows of a snapshot in progress (the connector is still reading)."""

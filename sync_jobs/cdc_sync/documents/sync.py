@@ -38,6 +38,7 @@ from cdc_sync.documents.builds import (
     fingerprint,
     fingerprint_key,
     planned,
+    snapshot_goes_on,
     snapshot_rows_only,
 )
 from cdc_sync.documents.checkpoint import state_fits_checkpoint
@@ -250,8 +251,9 @@ class DocumentSync:
         end as its table's `on_snapshot_end` says) and its changes (per document table: one per
         key, full rows, filled) into the state, with `batch_id` (the streaming query's); then
         every pending root rendered and written, unless the batch is a full one of snapshot rows
-        that ends no table's snapshot (`records`: the batch's; see `full_batch`). A build behind
-        the alias ends at the first batch that ends the backlog."""
+        that ends no table's snapshot (`records`: the batch's; see `full_batch`) or one of a full
+        snapshot's rows that goes on behind it (`snapshot_goes_on`). A build behind the alias
+        ends at the first batch that ends the backlog."""
         truncates = [
             t
             for t in truncates
@@ -262,14 +264,14 @@ class DocumentSync:
             self._merge(truncates, changes, batch_id)
         full = self.full_batch is not None and records >= self.full_batch
         snapshot_rows = snapshot_rows_only(truncates, changes)
-        if full and snapshot_rows:
-            return DocumentResult()
-        result = self._render_pending()
-        if caught_up(full, snapshot_rows):
-            for name, spec in self.specs.items():
-                building = self.state.meta(building_key(name))
-                if building is not None:
-                    self._promote(name, spec, building)
+        result = DocumentResult()  # a snapshot going on: its roots stay pending
+        if not ((full and snapshot_rows) or snapshot_goes_on(truncates, changes)):
+            result = self._render_pending()
+            if caught_up(full, snapshot_rows):
+                for name, spec in self.specs.items():
+                    building = self.state.meta(building_key(name))
+                    if building is not None:
+                        self._promote(name, spec, building)
         if truncates or any(c.row is None for found in changes.values() for c in found):
             self.state.forget_freed()  # erasure: no old copy of a deleted row stays in the WAL
         return result
