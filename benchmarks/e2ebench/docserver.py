@@ -12,7 +12,16 @@ from typing import Any
 from opensearchpy import OpenSearch
 from opensearchpy.helpers import scan
 
-from e2ebench.docwrites import Document, Pass, Stream, as_objects, bulk_bodies, renamed
+from e2ebench.docbound import AS_INDEXED
+from e2ebench.docwrites import (
+    Document,
+    Pass,
+    Stream,
+    as_objects,
+    bulk_bodies,
+    pass_json,
+    renamed,
+)
 from e2ebench.observe import tree_usage
 from e2ebench.raw import STEADY_BULK_SECONDS, UPDATE_CHUNK, steady_bulks
 
@@ -118,25 +127,17 @@ class Server:
             self.client.indices.delete(index=name)
 
 
-def raw_rewrite_rates(url: str, pid: int, index: str, sample: int) -> dict[str, dict[str, float]]:
+def raw_rewrite_rates(url: str, pid: int, index: str, sample: int) -> dict[str, Any]:
     """The raw rewrite rate of `sample` documents of `index` on its own server, into scratch
-    indices mapped as `index` is (`nested`) and with every relation `object`, per mapping."""
+    indices mapped as `index` is (`AS_INDEXED`) and with every relation `object`, per mapping
+    (each pass as `pass_json` gives it)."""
     server = Server(url, pid, 1)
     try:
         documents = server.documents(index, sample)
         mapping = server.mapping(index)
-        found = {
-            kind: server.raw_rewrites(shape, documents, f"bench_raw_documents_{kind}")
-            for kind, shape in (("nested", mapping), ("object", as_objects(mapping)))
+        return {
+            kind: pass_json(server.raw_rewrites(shape, documents, f"bench_raw_documents_{kind}"))
+            for kind, shape in ((AS_INDEXED, mapping), ("object", as_objects(mapping)))
         }
     finally:
         server.close()
-    return {
-        kind: {
-            "documents": p.documents,
-            "seconds": round(p.seconds, 2),
-            "rate": round(p.rate, 1),
-            "server_cpu": round(p.server_cpu, 2),
-        }
-        for kind, p in found.items()
-    }

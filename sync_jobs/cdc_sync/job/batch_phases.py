@@ -147,10 +147,7 @@ class DriverPhases:
         folded = pa.Table.from_batches(list(decode_fold(iter(records))), schema=FOLDED_SCHEMA)
         is_change = pc.equal(folded["kind"], KIND_CHANGE)
         self.changes.append(folded.filter(is_change).select(list(WRITE_COLUMNS)).to_batches())
-        side: list[dict[str, Any]] = (
-            folded.filter(pc.invert(is_change)).drop_columns(["change"]).to_pylist()
-        )
-        return side
+        return folded.filter(pc.invert(is_change)).drop_columns(["change"]).to_pylist()
 
     def write(self, plan: WritePlan) -> list[list[TableWrite]]:
         rows = [
