@@ -8,14 +8,14 @@ import os
 import re
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from pyspark.errors import StreamingQueryException
@@ -26,8 +26,9 @@ from cdc_sync.core.kafka_clients import admin_config, producer_config
 from cdc_sync.job.batch_phases import SmallBatches
 from cdc_sync.job.consumer_job import job_stream
 from cdc_sync.job.runner import JobOptions
-from cdc_sync.source import kafka_stream, python_stream, stream_options
+from cdc_sync.source import kafka_stream, python_kafka, python_stream, stream_options
 from cdc_sync.source.builtin import builtin_kafka_available
+from cdc_sync.source.data_loss import DataLossError
 from cdc_sync.source.offsets import PartitionRange
 from cdc_sync.source.options import FETCH_TIMEOUT, parse_options
 from cdc_sync.source.python_kafka import (
@@ -35,6 +36,7 @@ from cdc_sync.source.python_kafka import (
     CdcKafkaStreamReader,
     KafkaRangeUnreachable,
     Reach,
+    consume_checked_range,
     consume_range,
     read_range_arrow,
 )
@@ -259,7 +261,10 @@ def test_python_source_is_used_when_the_builtin_jar_is_missing(
         )
 
 
-def test_unreachable_range_fails_naming_topic_partition_offset(kafka: Any) -> None:
+@pytest.mark.parametrize("consume", [consume_range, consume_checked_range])
+def test_unreachable_range_fails_naming_topic_partition_offset(
+    kafka: Any, consume: Callable[..., Iterator[Any]]
+) -> None:
     topic = f"gone{uuid.uuid4().hex[:8]}"
     create_topics(kafka.bootstrap, [topic], partitions=1)
     produce(kafka, [(topic, 0, b"k", b"v")] * 3)
@@ -272,7 +277,7 @@ def test_unreachable_range_fails_naming_topic_partition_offset(kafka: Any) -> No
         }
     )
     # Offsets 0-2 exist; 3-9 were planned but never written (as after a topic re-creation).
-    read = consume_range(options, PartitionRange(topic, 0, 0, 10))
+    read = consume(options, PartitionRange(topic, 0, 0, 10))
     with pytest.raises(KafkaRangeUnreachable, match=rf"topic '{topic}' partition 0: offset 3"):
         list(read)
 
@@ -450,3 +455,65 @@ def test_consumers_of_one_application_read_a_range_from_the_broker_once(kafka: A
     produce(kafka, one_partition(keyed_records([topic], 5, "later")))
     assert len(keys(20, 35)) == 15
     assert asked[1][:2] == (30, 35)  # only the tail the window did not hold
+
+
+def test_a_read_asks_the_broker_for_no_watermarks(
+    kafka: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The planner checked the range against the watermarks moments ago; the read fetches at
+    once (on Tansu the watermark request cost more than the fetch). Ranges read in turn, one
+    read again from an earlier start, one read ahead past its end: each is exactly the
+    partition's records of its range."""
+    topic = f"nomarks{uuid.uuid4().hex[:8]}"
+    create_topics(kafka.bootstrap, [topic], partitions=1)
+    records = one_partition(keyed_records([topic], 30, "nomarks"))
+    produce(kafka, records)
+    options = parse_options(
+        stream_options(bootstrap=kafka.bootstrap, flavor=kafka.flavor, topics=[topic])
+    )
+
+    class NoWatermarks(Consumer):
+        def get_watermark_offsets(self, *_: Any, **__: Any) -> Any:
+            raise AssertionError("the read asked for watermarks")
+
+    monkeypatch.setattr(python_kafka, "Consumer", NoWatermarks)
+
+    def keys(start: int, end: int, ahead: int = 0) -> tuple[list[bytes], int]:
+        reach = Reach(start)
+        batches = read_range_arrow(options, PartitionRange(topic, 0, start, end), ahead, reach)
+        return [row["key"] for batch in batches for row in batch.to_pylist()], reach.end
+
+    assert keys(0, 10) == ([key for _, _, key, _ in records[:10]], 10)
+    assert keys(10, 30) == ([key for _, _, key, _ in records[10:]], 30)
+    assert keys(5, 12) == ([key for _, _, key, _ in records[5:12]], 12)
+    later = one_partition(keyed_records([topic], 5, "later"))
+    produce(kafka, later)
+    read, reach = keys(28, 31, ahead=100)  # what the broker holds past the end, no more
+    assert (read, reach) == ([key for _, _, key, _ in records[28:] + later], 35)
+
+
+@pytest.mark.parametrize("fail_on_data_loss", [True, False])
+def test_a_read_that_gets_nowhere_is_checked_against_the_watermarks(
+    kafka: Any, fail_on_data_loss: bool
+) -> None:
+    """A start past the partition's end (its topic re-created with fewer records since
+    planning) gets nowhere (the Tansu stand-in answers such a fetch with nothing, not "out of
+    range"); it is then checked against the watermarks: refused as data loss, or with
+    failOnDataLoss=false skipped."""
+    topic = f"nowhere{uuid.uuid4().hex[:8]}"
+    create_topics(kafka.bootstrap, [topic], partitions=1)
+    produce(kafka, one_partition(keyed_records([topic], 3, "gone")))
+    options = parse_options(
+        stream_options(
+            bootstrap=kafka.bootstrap,
+            flavor=kafka.flavor,
+            topics=[topic],
+            fail_on_data_loss=fail_on_data_loss,
+        )
+    )
+    read = consume_range(options, PartitionRange(topic, 0, 10, 12))
+    if fail_on_data_loss:
+        with pytest.raises(DataLossError, match=topic):
+            list(read)
+    else:
+        assert list(read) == []

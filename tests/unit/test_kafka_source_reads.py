@@ -11,8 +11,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from confluent_kafka import KafkaError
 
 from cdc_sync.source import python_kafka
+from cdc_sync.source.data_loss import DataLossError
 from cdc_sync.source.offsets import PartitionRange
 from cdc_sync.source.options import parse_options
 
@@ -87,3 +89,44 @@ def test_the_reader_asks_for_no_more_records_than_the_range_still_needs(
     needed = end - start
     assert consumer.asked[0] == min(needed, python_kafka.MESSAGES_PER_POLL)
     assert sum(consumer.asked) == needed  # so no call waits out its timeout
+
+
+@dataclass
+class OutOfRange:
+    """The error event of a read told its start is outside the partition's watermarks."""
+
+    def code(self) -> int:
+        return KafkaError._AUTO_OFFSET_RESET
+
+
+@dataclass
+class Refused(Record):
+    def error(self) -> OutOfRange:  # type: ignore[override]
+        return OutOfRange()
+
+
+def test_a_read_starts_without_asking_for_watermarks_and_asks_only_when_told_out_of_range(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The planner checked the start moments ago: the read asks the broker for the range at
+    once. A start the broker calls out of range is then checked against the watermarks (and
+    here refused as data loss: the partition holds [0, 5))."""
+    asked_watermarks: list[bool] = []
+
+    class Consumer(RecordingConsumer):
+        def get_watermark_offsets(self, *_: Any, **__: Any) -> tuple[int, int]:
+            asked_watermarks.append(True)
+            return (0, self.high)
+
+    options = parse_options({"kafka.bootstrap.servers": "127.0.0.1:9", "subscribe": "t"})
+    monkeypatch.setattr(python_kafka, "_consumer", lambda *_, **__: Consumer(high=50))
+    read = list(python_kafka.consume_range(options, PartitionRange("t", 0, 10, 20)))
+    assert [m.offset() for m in read] == list(range(10, 20))
+    assert asked_watermarks == []
+
+    refusing = Consumer(high=5, left_over=[Refused(10)])
+    made = iter([refusing, Consumer(high=5)])
+    monkeypatch.setattr(python_kafka, "_consumer", lambda *_, **__: next(made))
+    with pytest.raises(DataLossError, match="'t'"):
+        list(python_kafka.consume_range(options, PartitionRange("t", 0, 10, 20)))
+    assert asked_watermarks == [True] and refusing.closed

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -79,6 +79,12 @@ METADATA_TIMEOUT_S = 10.0
 # out over gaps (compaction, transaction markers), so it is short.
 MESSAGES_PER_POLL = 1000
 POLL_TIMEOUT_S = 0.05
+# A read that gets nowhere from its start for this long asks for the watermarks
+# (`consume_range`): above a busy broker's slowest first fetch seen here (0.64 s).
+STALL_SECONDS = 1.0
+# The read that does not ask for watermarks is told a start outside them, not moved into them.
+UNCHECKED_READ = {"enable.partition.eof": True, "auto.offset.reset": "error"}
+OUT_OF_RANGE = (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE)
 
 
 class KafkaPartitionRange(InputPartition):
@@ -323,11 +329,35 @@ def consume_range(
     that the broker holds already (no waiting for them: the first empty poll past ``end``
     ends the read); ``reach.end`` tells how far the read got (job.batch_phases shares it).
 
-    A start outside the broker's watermarks (retention, topic re-created since planning) fails
-    or, with failOnDataLoss=false, is skipped past (see ``checked_span``); gaps inside the range
-    (compaction, transaction markers) simply never arrive. Reaching ``end`` is detected by a
-    message at or past it or by the partition-EOF event at or past it.
+    The read starts at once, without asking for the partition's watermarks: the planner
+    checked the start against them moments before, and on the Tansu stand-in that request
+    cost more than the fetch (benchmarks/probe_range_reads.py). Only a read that gets nowhere
+    from its start (the broker answers "out of range", or nothing arrives for
+    `STALL_SECONDS`: Tansu answers a fetch past a partition's end with nothing) is read again
+    as `consume_checked_range` reads it.
     """
+    consumer = _consumer(options, **UNCHECKED_READ)
+    try:
+        consumer.assign([KafkaTopicPartition(span.topic, span.partition, span.start)])
+        reading = _messages(consumer, options, span, span.end + ahead, reach, STALL_SECONDS)
+        if not (yield from reading):
+            return
+    finally:
+        consumer.close()
+    yield from consume_checked_range(options, span, ahead, reach)
+
+
+def consume_checked_range(
+    options: KafkaSourceOptions,
+    span: PartitionRange,
+    ahead: int = 0,
+    reach: Reach | None = None,
+) -> Iterator[Message]:
+    """`consume_range`, the watermarks asked for first. A start outside them (retention, topic
+    re-created since planning) fails or, with failOnDataLoss=false, is skipped past (see
+    ``checked_span``); gaps inside the range (compaction, transaction markers) simply never
+    arrive. Reaching ``end`` is detected by a message at or past it or by the partition-EOF
+    event at or past it."""
     consumer = _consumer(options, **{"enable.partition.eof": True})
     try:
         low, high = consumer.get_watermark_offsets(
@@ -345,46 +375,69 @@ def consume_range(
         if target <= span.start:
             return
         consumer.assign([KafkaTopicPartition(span.topic, span.partition, span.start)])
-        next_offset = span.start
-        deadline = time.monotonic() + options.fetch_timeout_ms / 1000
-        while next_offset < target:
-            if next_offset < span.end and time.monotonic() > deadline:
-                raise KafkaRangeUnreachable(span, next_offset, options.fetch_timeout_ms)
-            wanted = min(MESSAGES_PER_POLL, target - next_offset)
-            messages = consumer.consume(num_messages=wanted, timeout=POLL_TIMEOUT_S)
-            if not messages and next_offset >= span.end:
-                break  # read ahead only what is there at once
-            for message in messages:
-                error = message.error()
-                if error is not None:
-                    if error.code() == KafkaError._PARTITION_EOF:
-                        next_offset = max(next_offset, _offset(message))
-                        if next_offset >= span.end:
-                            target = min(target, next_offset)  # the partition's end, for now
-                        continue
-                    if error.fatal():
-                        raise KafkaException(error)
-                    # Transient (broker restart, leader move): the deadline bounds retrying.
-                    log.warning(
-                        "%s: topic %s partition %s offset %s: %s",
-                        SOURCE_NAME,
-                        span.topic,
-                        span.partition,
-                        next_offset,
-                        error.str(),
-                    )
-                    continue
-                offset = _offset(message)
-                if offset >= target:
-                    next_offset = target
-                    break
-                next_offset = offset + 1
-                deadline = time.monotonic() + options.fetch_timeout_ms / 1000
-                yield message
-        if reach is not None:
-            reach.end = next_offset
+        yield from _messages(consumer, options, span, target, reach)
     finally:
         consumer.close()
+
+
+def _messages(
+    consumer: Consumer,
+    options: KafkaSourceOptions,
+    span: PartitionRange,
+    target: int,
+    reach: Reach | None,
+    stall_seconds: float | None = None,
+) -> Generator[Message, None, bool]:
+    """The assigned consumer's messages from ``span.start`` up to ``target``. With
+    `stall_seconds`, a read that gets nowhere from the start within it, or is told the start
+    is out of range, returns True: to be checked against the watermarks (nothing was yielded)."""
+    next_offset = span.start
+    deadline = time.monotonic() + options.fetch_timeout_ms / 1000
+    stalled = None if stall_seconds is None else time.monotonic() + stall_seconds
+    while next_offset < target:
+        now = time.monotonic()
+        if stalled is not None and next_offset == span.start and now > stalled:
+            return True
+        if next_offset < span.end and now > deadline:
+            raise KafkaRangeUnreachable(span, next_offset, options.fetch_timeout_ms)
+        wanted = min(MESSAGES_PER_POLL, target - next_offset)
+        messages = consumer.consume(num_messages=wanted, timeout=POLL_TIMEOUT_S)
+        if not messages and next_offset >= span.end:
+            break  # read ahead only what is there at once
+        for message in messages:
+            error = message.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    next_offset = max(next_offset, _offset(message))
+                    if next_offset >= span.end:
+                        target = min(target, next_offset)  # the partition's end, for now
+                    continue
+                if stalled is not None and error.code() in OUT_OF_RANGE:
+                    if next_offset == span.start:
+                        return True
+                    raise KafkaException(error)
+                if error.fatal():
+                    raise KafkaException(error)
+                # Transient (broker restart, leader move): the deadline bounds retrying.
+                log.warning(
+                    "%s: topic %s partition %s offset %s: %s",
+                    SOURCE_NAME,
+                    span.topic,
+                    span.partition,
+                    next_offset,
+                    error.str(),
+                )
+                continue
+            offset = _offset(message)
+            if offset >= target:
+                next_offset = target
+                break
+            next_offset = offset + 1
+            deadline = time.monotonic() + options.fetch_timeout_ms / 1000
+            yield message
+    if reach is not None:
+        reach.end = next_offset
+    return False
 
 
 def _offset(message: Message) -> int:
@@ -406,9 +459,10 @@ def read_range_arrow(
     span: PartitionRange,
     ahead: int = 0,
     reach: Reach | None = None,
+    consume: Callable[..., Iterator[Message]] | None = None,
 ) -> Iterator[pa.RecordBatch]:
-    """The records of ``span`` as Arrow batches of the source's schema (`consume_range`:
-    ``ahead`` and ``reach`` as there)."""
+    """The records of ``span`` as Arrow batches of the source's schema (`consume_range`, or
+    ``consume``: ``ahead`` and ``reach`` as there)."""
     keys: list[bytes | None] = []
     values: list[bytes | None] = []
     offsets: list[int] = []
@@ -433,7 +487,7 @@ def read_range_arrow(
             column.clear()
         return batch
 
-    for message in consume_range(options, span, ahead, reach):
+    for message in (consume or consume_range)(options, span, ahead, reach):
         micros, kind = _timestamp(message)
         keys.append(message.key())
         values.append(message.value())
