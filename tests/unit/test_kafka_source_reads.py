@@ -54,6 +54,7 @@ class RecordingConsumer:
 
     high: int
     asked: list[int] = field(default_factory=list)
+    waited: list[float] = field(default_factory=list)  # each consume()'s timeout
     position: int = 0
     left_over: list[Record] = field(default_factory=list)  # fetched before the last assign
     closed: bool = False
@@ -66,6 +67,7 @@ class RecordingConsumer:
 
     def consume(self, num_messages: int, timeout: float) -> list[Record]:
         self.asked.append(num_messages)
+        self.waited.append(timeout)
         stale, self.left_over = self.left_over, []
         taken = list(range(self.position, min(self.high, self.position + num_messages)))
         self.position += len(taken)
@@ -130,3 +132,20 @@ def test_a_read_starts_without_asking_for_watermarks_and_asks_only_when_told_out
     with pytest.raises(DataLossError, match="'t'"):
         list(python_kafka.consume_range(options, PartitionRange("t", 0, 10, 20)))
     assert asked_watermarks == [True] and refusing.closed
+
+
+def test_a_read_ahead_asks_for_the_range_first_then_takes_only_what_is_already_here(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Read ahead (the driver's shared reads) must not make the range's own poll wait for
+    records past its end: asking for 1,000 once cost every read the whole 50 ms timeout."""
+    consumer = RecordingConsumer(high=25)
+    monkeypatch.setattr(python_kafka, "_consumer", lambda *_, **__: consumer)
+    options = parse_options({"kafka.bootstrap.servers": "127.0.0.1:9", "subscribe": "t"})
+    reach = python_kafka.Reach(0)
+
+    read = list(python_kafka.consume_range(options, PartitionRange("t", 0, 0, 20), 2000, reach))
+
+    assert [m.offset() for m in read] == list(range(25)) and reach.end == 25
+    assert consumer.asked[0] == 20 and consumer.waited[0] == python_kafka.POLL_TIMEOUT_S
+    assert set(consumer.waited[1:]) == {python_kafka.AHEAD_POLL_TIMEOUT_S}
