@@ -30,7 +30,7 @@ from cdc_sync.source import kafka_stream, python_kafka, python_stream, stream_op
 from cdc_sync.source.builtin import builtin_kafka_available
 from cdc_sync.source.data_loss import DataLossError
 from cdc_sync.source.offsets import PartitionRange
-from cdc_sync.source.options import FETCH_TIMEOUT, parse_options
+from cdc_sync.source.options import FETCH_TIMEOUT, KafkaSourceOptions, parse_options
 from cdc_sync.source.python_kafka import (
     KAFKA_SCHEMA,
     CdcKafkaStreamReader,
@@ -111,6 +111,25 @@ def one_partition(
     records: list[tuple[str, int, bytes, bytes]],
 ) -> list[tuple[str, int, bytes, bytes]]:
     return [(topic, 0, key, value) for topic, _, key, value in records]
+
+
+def one_partition_topic(
+    kafka: Any, tag: str, count: int, fail_on_data_loss: bool = True
+) -> tuple[str, list[tuple[str, int, bytes, bytes]], KafkaSourceOptions]:
+    """A new one-partition topic holding `count` records: its name, records and source options."""
+    topic = f"{tag}{uuid.uuid4().hex[:8]}"
+    create_topics(kafka.bootstrap, [topic], partitions=1)
+    records = one_partition(keyed_records([topic], count, tag))
+    produce(kafka, records)
+    options = parse_options(
+        stream_options(
+            bootstrap=kafka.bootstrap,
+            flavor=kafka.flavor,
+            topics=[topic],
+            fail_on_data_loss=fail_on_data_loss,
+        )
+    )
+    return topic, records, options
 
 
 def delete_topics(bootstrap: str, names: list[str]) -> None:
@@ -427,13 +446,7 @@ def test_consumers_of_one_application_read_a_range_from_the_broker_once(kafka: A
     """The driver's small batches read through the process's `RecentReads`: the first read of
     a range takes what the broker holds past it too (never waiting for more), and a consumer
     planning a range within it later gets the same records without asking the broker."""
-    topic = f"shared{uuid.uuid4().hex[:8]}"
-    create_topics(kafka.bootstrap, [topic], partitions=1)
-    records = one_partition(keyed_records([topic], 30, "shared"))
-    produce(kafka, records)
-    options = parse_options(
-        stream_options(bootstrap=kafka.bootstrap, flavor=kafka.flavor, topics=[topic])
-    )
+    topic, records, options = one_partition_topic(kafka, "shared", 30)
     asked: list[tuple[int, int, int]] = []
 
     def broker(
@@ -464,13 +477,7 @@ def test_a_read_asks_the_broker_for_no_watermarks(
     once (on Tansu the watermark request cost more than the fetch). Ranges read in turn, one
     read again from an earlier start, one read ahead past its end: each is exactly the
     partition's records of its range."""
-    topic = f"nomarks{uuid.uuid4().hex[:8]}"
-    create_topics(kafka.bootstrap, [topic], partitions=1)
-    records = one_partition(keyed_records([topic], 30, "nomarks"))
-    produce(kafka, records)
-    options = parse_options(
-        stream_options(bootstrap=kafka.bootstrap, flavor=kafka.flavor, topics=[topic])
-    )
+    topic, records, options = one_partition_topic(kafka, "nomarks", 30)
 
     class NoWatermarks(Consumer):
         def get_watermark_offsets(self, *_: Any, **__: Any) -> Any:
@@ -500,17 +507,7 @@ def test_a_read_that_gets_nowhere_is_checked_against_the_watermarks(
     planning) gets nowhere (the Tansu stand-in answers such a fetch with nothing, not "out of
     range"); it is then checked against the watermarks: refused as data loss, or with
     failOnDataLoss=false skipped."""
-    topic = f"nowhere{uuid.uuid4().hex[:8]}"
-    create_topics(kafka.bootstrap, [topic], partitions=1)
-    produce(kafka, one_partition(keyed_records([topic], 3, "gone")))
-    options = parse_options(
-        stream_options(
-            bootstrap=kafka.bootstrap,
-            flavor=kafka.flavor,
-            topics=[topic],
-            fail_on_data_loss=fail_on_data_loss,
-        )
-    )
+    topic, _, options = one_partition_topic(kafka, "nowhere", 3, fail_on_data_loss)
     read = consume_range(options, PartitionRange(topic, 0, 10, 12))
     if fail_on_data_loss:
         with pytest.raises(DataLossError, match=topic):
