@@ -46,6 +46,7 @@ from cdc_sync.source import stream_options  # noqa: E402
 from cdc_sync.source.offsets import PartitionRange  # noqa: E402
 from cdc_sync.source.options import parse_options  # noqa: E402
 from cdc_sync.source.python_kafka import (  # noqa: E402
+    RangeConsumer,
     Reach,
     consume_checked_range,
     consume_range,
@@ -131,7 +132,7 @@ def main() -> None:
             stream_options(bootstrap=bootstrap, flavor=args.broker, topics=[TOPIC])
         )
 
-        def reader(consume: Callable[..., Any]) -> Callable[[int, int], int]:
+        def reader(consume: RangeConsumer) -> Callable[[int, int], int]:
             def read(start: int, end: int) -> int:
                 span = PartitionRange(TOPIC, 0, start, end)
                 batches = read_range_arrow(options, span, READ_AHEAD, Reach(start), consume)
@@ -140,7 +141,10 @@ def main() -> None:
             return read
 
         results: dict[str, Any] = {}
-        ways = (("watermarks first", consume_checked_range), ("fetch at once", consume_range))
+        ways: tuple[tuple[str, RangeConsumer], ...] = (
+            ("watermarks first", consume_checked_range),
+            ("fetch at once", consume_range),
+        )
         for name, consume in ways:
             results[name] = timed_reads(
                 partition, broker.pid, args.reads, args.tail, args.gap, reader(consume)

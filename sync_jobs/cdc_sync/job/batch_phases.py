@@ -127,7 +127,7 @@ class DriverPhases:
     def decode(self, decode_fold: DecodeFold) -> list[dict[str, Any]]:
         """Every range read from the broker at once (up to READERS), each decoded and folded
         in range order as its read arrives: a batch's time at the broker is its slowest
-        range's, not the sum of all (a consumer, a ListOffsets and a fetch each, 0.1-0.3 s)."""
+        range's, not the sum of all (a consumer and a fetch each, 0.05-0.3 s)."""
         side: list[dict[str, Any]] = []
         readers = max(1, min(READERS, len(self.ranges)))
         with ThreadPoolExecutor(readers, thread_name_prefix="batch-read") as pool:

@@ -449,6 +449,10 @@ def _messages(
     return False
 
 
+# How a range is read: `consume_range`, or `consume_checked_range` (benchmarks compare them).
+RangeConsumer = Callable[[KafkaSourceOptions, PartitionRange, int, Reach | None], Iterator[Message]]
+
+
 def _offset(message: Message) -> int:
     offset = message.offset()
     if offset is None:  # only for messages that carry no partition position
@@ -468,10 +472,10 @@ def read_range_arrow(
     span: PartitionRange,
     ahead: int = 0,
     reach: Reach | None = None,
-    consume: Callable[..., Iterator[Message]] | None = None,
+    consume: RangeConsumer = consume_range,
 ) -> Iterator[pa.RecordBatch]:
-    """The records of ``span`` as Arrow batches of the source's schema (`consume_range`, or
-    ``consume``: ``ahead`` and ``reach`` as there)."""
+    """The records of ``span`` as Arrow batches of the source's schema, as ``consume`` reads
+    them (`consume_range`; ``ahead`` and ``reach`` as there)."""
     keys: list[bytes | None] = []
     values: list[bytes | None] = []
     offsets: list[int] = []
@@ -496,7 +500,7 @@ def read_range_arrow(
             column.clear()
         return batch
 
-    for message in (consume or consume_range)(options, span, ahead, reach):
+    for message in consume(options, span, ahead, reach):
         micros, kind = _timestamp(message)
         keys.append(message.key())
         values.append(message.value())
