@@ -20,7 +20,8 @@ an order; no order is cancelled), then:
   2. freshness per rate: child changes only (line quantity updates, line inserts and deletes,
      product price and name updates, customer renames), commit -> visible in the order
      document p50/p99 from probes (e2ebench/docprobe.py), run_step's ladder;
-  3. fan-out: the customer with F orders renamed, seconds until every order shows it;
+  3. fan-out, after the first step (the same history for every system): the customer with F
+     orders renamed, seconds until every order shows it;
   4. (cdc-sync) the server's raw rewrite rate of a sample of the index's documents, into
      scratch indices, no job (e2ebench/docserver.py): a rate needing more documents/s than
      that (documents a change reaches, from a drained step's batch lines) cannot drain on this
@@ -76,7 +77,7 @@ from e2ebench.documents import (  # noqa: E402
 from e2ebench.ladder import StepPlan, run_step  # noqa: E402
 from e2ebench.load import PRODUCTS  # noqa: E402
 from e2ebench.observe import batch_lines, cpu_snapshot, stage_breakdown, tree_usage  # noqa: E402
-from e2ebench.pgload import delta, read_counters  # noqa: E402
+from e2ebench.pgload import Counters, delta, read_counters  # noqa: E402
 from e2ebench.pipeline import (  # noqa: E402
     CONNECTOR,
     MAPPING,
@@ -179,10 +180,17 @@ def ladder(
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """run_step at each rate, Postgres's counters read before the first and after each (its
     delta from the read before); stops after a step that does not drain (as bench_pgsync).
-    Then the fan-out, its delta from the last step's read."""
-    steps = []
+    The fan-out follows the first step (or the build, with no rates), its delta from that
+    step's read: the same history for every system, whichever steps each goes on to run
+    (pgsync stops after 20/s; a fan-out behind the 100/s step's backlog measured that backlog,
+    not the fan-out)."""
+    steps: list[dict[str, Any]] = []
     reading = read_counters(pg_url)
+    found: dict[str, Any] | None = None
     for rate in args.rates:
+        if steps and found is None:
+            found = fanout(sampler, rows, pg_url, reading)
+            reading = read_counters(pg_url)
         plan = StepPlan(rate, args.step_seconds, args.probe_interval, args.drain_slack,
                         drain_timeout=max(60.0, 2 * args.step_seconds))  # fmt: skip
         step = run_step(plan, workload, sampler, pid, services, detail_log)
@@ -194,10 +202,18 @@ def ladder(
         steps.append(step)
         if not step["drains"]:
             break
+    return steps, found or fanout(sampler, rows, pg_url, reading)
+
+
+def fanout(
+    sampler: DocumentSampler, rows: DocumentRows, pg_url: str, reading: Counters
+) -> dict[str, Any]:
+    """The fan-out customer renamed: seconds until every order shows it; Postgres's counters
+    from `reading` (the UPDATE's own scan included)."""
     found = sampler.fanout(rows.fanout_customer, FANOUT_TIMEOUT)
-    found["postgres"] = delta(reading, read_counters(pg_url))  # the UPDATE's own scan included
+    found["postgres"] = delta(reading, read_counters(pg_url))
     log.info("fan-out %s", {k: v for k, v in found.items() if k != "postgres"})
-    return steps, found
+    return found
 
 
 def sample_document(sampler: DocumentSampler) -> dict[str, Any] | None:
