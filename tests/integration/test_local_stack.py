@@ -20,9 +20,15 @@ from cdc_sync.localstack.cli import stack_main
 from cdc_sync.localstack.process import StackError, alive, stop_pid
 from cdc_sync.localstack.services import BROKERS, check_end_offsets, start_broker, start_redis
 from cdc_sync.localstack.stack import LocalStack
+from cdc_sync.source import stream_options
+from cdc_sync.source.offsets import PartitionRange
+from cdc_sync.source.options import FETCH_TIMEOUT, parse_options
+from cdc_sync.source.python_kafka import consume_range
 from tests.fixtures.services import KafkaEndpoint
 
 pytestmark = pytest.mark.integration
+
+BACKLOG_RECORDS = 120  # of 0.9 MB: 108 MB, above librdkafka's default 100 MB response limit
 
 
 def test_postgres_has_logical_wal(pg_url: str) -> None:
@@ -109,6 +115,29 @@ def test_each_broker_stand_in_passes_the_end_offset_self_check(tmp_path: Path, f
     finally:
         stop_pid(started.pid)
     assert not alive(started.pid)
+
+
+def test_a_backlog_above_librdkafkas_response_limit_reads_on_noida(tmp_path: Path) -> None:
+    """noida answers a fetch with the partition's whole rest, whatever the fetch limits say:
+    with librdkafka's default 100 MB response limit every fetch of a larger backlog failed, and
+    the document consumer's first read of a 50,000-order snapshot got nothing until its timeout
+    (`bench_e2e.py --broker noida`)."""
+    started = start_broker(tmp_path, "noida")
+    try:
+        topic = f"backlog-{uuid.uuid4().hex[:8]}"
+        producer = Producer(producer_config(started.url, "noida"))
+        value = b"x" * 900_000  # under a producer's default 1 MB message limit
+        for i in range(BACKLOG_RECORDS):
+            producer.produce(topic, key=f"k{i}".encode(), value=value, partition=0)
+        assert producer.flush(60) == 0
+        options = parse_options(
+            {**stream_options(bootstrap=started.url, flavor="noida", topics=[topic]),
+             FETCH_TIMEOUT: "10000"}
+        )  # fmt: skip
+        read = [m.offset() for m in consume_range(options, PartitionRange(topic, 0, 0, 2))]
+    finally:
+        stop_pid(started.pid)
+    assert read == [0, 1]
 
 
 def test_a_service_that_does_not_come_up_is_named_with_the_line_of_its_log_that_says_why(

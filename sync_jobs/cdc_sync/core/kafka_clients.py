@@ -2,13 +2,15 @@
 
 The local stack's Kafka-protocol stand-ins have known quirks (see docs/stacks.md):
 Tansu reports a wrong LATEST offset when one produce batch holds several records, and its group
-joins take about half the session timeout. Every producer and consumer in the project takes its
-config from here so the workarounds live in one place.
+joins take about half the session timeout; noida ignores fetch size limits. Every producer and
+consumer in the project takes its config from here so the workarounds live in one place.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+NOIDA_RECEIVE_MAX_BYTES = 2_147_483_647  # librdkafka's largest receive.message.max.bytes
 
 
 def producer_config(bootstrap: str, flavor: str, **overrides: Any) -> dict[str, Any]:
@@ -45,6 +47,11 @@ def consumer_config(
         "fetch.max.bytes": 8 * 1024 * 1024,
         "max.partition.fetch.bytes": 4 * 1024 * 1024,
     }
+    if flavor == "noida":
+        # noida answers a fetch with the partition's whole rest, whatever the fetch limits say;
+        # above librdkafka's default response limit (100 MB) every fetch failed and a read of
+        # a snapshot's backlog got nothing until its timeout. Take any response it sends.
+        config["receive.message.max.bytes"] = NOIDA_RECEIVE_MAX_BYTES
     config["group.id"] = group_id or "cdc-sync-reader"
     config.update(overrides)
     return config
