@@ -3,7 +3,7 @@ consumer of the log (issues 9, 28 and 26).
 
     .venv/bin/python benchmarks/bench_e2e.py [--quick] [--customers N] [--orders M] [--scale K]
         [--fanout F] [--rates 20,100,300,1000] [--step-seconds S] [--rss-minutes M]
-        [--broker tansu|noida] [--output FILE]
+        [--warmup-seconds S] [--broker tansu|noida] [--output FILE]
     .venv/bin/python benchmarks/bench_e2e.py --growth [--scale 10]   # 1x and Kx, both brokers
     .venv/bin/python benchmarks/bench_e2e.py --compare RUN.json RUN.json ...
 
@@ -12,7 +12,9 @@ afterwards) with the demo shop schema: loads N customers and M orders and a fan-
 with F orders and their lines, measures each sink's raw ingest rate on those rows, then starts
 the sync job (a subprocess: its CPU and RSS are its own; one streaming query per consumer of
 the log) and the embedded capture and times the initial sync per sink and the document index's
-build; then runs a ladder of mixed insert/update/delete rates, each with commit -> visible
+build; then, after a warm-up at the first rate (`--warmup-seconds`, not counted: the search
+stand-in is slow for its next bulks after a load), runs a ladder of mixed insert/update/delete
+rates, each with commit -> visible
 p50/p95/p99 per sink, whether the backlog drains, the job's CPU/RSS and the search server's CPU,
 and each consumer's per-batch stage times from the job's log; at 20 and 100 changes/s the step
 runs again while the fan-out customer is renamed over and over. Prints the tables with the
@@ -159,6 +161,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--keep-state", action="store_true", help="keep the run's stack data, tables, checkpoint"
     )
+    parser.add_argument(
+        "--warmup-seconds",
+        type=float,
+        help="workload at the ladder's first rate before its steps, not counted (60; --quick "
+        "10; 0: none): the search stand-in is slow for its next bulks after a load",
+    )
     parser.add_argument("--output", help="JSON path (default benchmarks/results/e2e-<date>.json)")
     args = parser.parse_args(argv)
     quick = args.quick
@@ -174,6 +182,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ladder = args.rates or ("20,100" if quick else "20,100,300,1000")
     args.rates = [] if ladder == "none" else [float(r) for r in ladder.split(",")]
     args.step_seconds = args.step_seconds or (20.0 if quick else 60.0)
+    if args.warmup_seconds is None:
+        args.warmup_seconds = 10.0 if quick else 60.0
     return args
 
 
@@ -257,7 +267,17 @@ def ladder(
     step with the fan-out running into result["fanout_steps"]; stops at a step that does not
     drain (higher rates will not drain either)."""
     result["streaming"], result["fanout_steps"] = [], []
-    for rate in rate_ladder(args.rates, streaming_ceiling(result["raw"])[0]):
+    rates = rate_ladder(args.rates, streaming_ceiling(result["raw"])[0])
+    if rates and args.warmup_seconds > 0:
+        # The search stand-in is slow for its next bulks after a load (the initial sync, the
+        # document build): lazy work the next writes start. Measured in steady state.
+        plan = StepPlan(rates[0], args.warmup_seconds, args.probe_interval, args.drain_slack,
+                        drain_timeout=max(60.0, 2 * args.warmup_seconds))  # fmt: skip
+        step = run_step(plan, *parts)
+        log.info("warm-up at %s: %s", rates[0], json.dumps(step["latency"]))
+        result["warmup"] = {"rate": rates[0], "seconds": args.warmup_seconds,
+                            "drains": step["drains"], "latency": step["latency"]}  # fmt: skip
+    for rate in rates:
         plan = StepPlan(rate, args.step_seconds, args.probe_interval, args.drain_slack,
                         drain_timeout=max(60.0, 2 * args.step_seconds))  # fmt: skip
         step = run_step(plan, *parts)

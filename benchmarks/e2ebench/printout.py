@@ -18,6 +18,9 @@ def render(result: dict[str, Any]) -> str:
     lines += _raw_lines(result["raw"])
     lines += ["", *_initial_lines(result)]
     steps = result.get("streaming", [])
+    warmup = result.get("warmup")
+    if warmup:
+        lines += ["", _warmup_line(warmup)]
     if steps:
         lines += ["", *_latency_lines([*steps, *result.get("fanout_steps", [])])]
         lines += ["", *stage_lines([*steps, *result.get("fanout_steps", [])])]
@@ -49,6 +52,20 @@ def target_lines(title: str, found: list[dict[str, Any]]) -> list[str]:
             if not t["met"] and "bound" in t
         ),
     ]
+
+
+def _warmup_line(warmup: dict[str, Any]) -> str:
+    """The warm-up before the ladder: not a step, its p50/p99 per sink for the record."""
+    latency = warmup["latency"]
+    sinks = ", ".join(
+        f"{sink} {latency[sink]['p50']:.2f}/{latency[sink]['p99']:.2f}"
+        for sink in latency
+        if sink not in ("probes", "unresolved", "all") and latency[sink]
+    )
+    return (
+        f"warm-up before the ladder (not counted): {warmup['seconds']:.0f} s at "
+        f"{warmup['rate']:g} changes/s, p50/p99 s: {sinks}"
+    )
 
 
 def _raw_lines(raw: dict[str, Any]) -> list[str]:
