@@ -268,18 +268,20 @@ def ladder(
     drain (higher rates will not drain either)."""
     result["streaming"], result["fanout_steps"] = [], []
     rates = rate_ladder(args.rates, streaming_ceiling(result["raw"])[0])
+
+    def plan_of(rate: float, seconds: float) -> StepPlan:
+        return StepPlan(rate, seconds, args.probe_interval, args.drain_slack,
+                        drain_timeout=max(60.0, 2 * seconds))  # fmt: skip
+
     if rates and args.warmup_seconds > 0:
         # The search stand-in is slow for its next bulks after a load (the initial sync, the
         # document build): lazy work the next writes start. Measured in steady state.
-        plan = StepPlan(rates[0], args.warmup_seconds, args.probe_interval, args.drain_slack,
-                        drain_timeout=max(60.0, 2 * args.warmup_seconds))  # fmt: skip
-        step = run_step(plan, *parts)
+        step = run_step(plan_of(rates[0], args.warmup_seconds), *parts)
         log.info("warm-up at %s: %s", rates[0], json.dumps(step["latency"]))
         result["warmup"] = {"rate": rates[0], "seconds": args.warmup_seconds,
                             "drains": step["drains"], "latency": step["latency"]}  # fmt: skip
     for rate in rates:
-        plan = StepPlan(rate, args.step_seconds, args.probe_interval, args.drain_slack,
-                        drain_timeout=max(60.0, 2 * args.step_seconds))  # fmt: skip
+        plan = plan_of(rate, args.step_seconds)
         step = run_step(plan, *parts)
         log.info("step %s: %s", rate, json.dumps(step))
         result["streaming"].append(step)

@@ -58,9 +58,9 @@ def _warmup_line(warmup: dict[str, Any]) -> str:
     """The warm-up before the ladder: not a step, its p50/p99 per sink for the record."""
     latency = warmup["latency"]
     sinks = ", ".join(
-        f"{sink} {latency[sink]['p50']:.2f}/{latency[sink]['p99']:.2f}"
-        for sink in latency
-        if sink not in ("probes", "unresolved", "all") and latency[sink]
+        f"{sink} {seconds_text(latency[sink]['p50'])}/{seconds_text(latency[sink]['p99'])}"
+        for sink in SINKS
+        if latency.get(sink)
     )
     return (
         f"warm-up before the ladder (not counted): {warmup['seconds']:.0f} s at "
