@@ -17,7 +17,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from cdc_sync.core.kafka_clients import consumer_config, producer_config
 from cdc_sync.core.settings import read_env_file
 from cdc_sync.localstack.cli import stack_main
-from cdc_sync.localstack.process import StackError, alive, stop_pid
+from cdc_sync.localstack.process import StackError, alive, group_members, stop_pid
 from cdc_sync.localstack.services import BROKERS, check_end_offsets, start_broker, start_redis
 from cdc_sync.localstack.stack import LocalStack
 from cdc_sync.source import stream_options
@@ -29,6 +29,7 @@ from tests.fixtures.services import KafkaEndpoint
 pytestmark = pytest.mark.integration
 
 BACKLOG_RECORDS = 120  # of 0.9 MB: 108 MB, above librdkafka's default 100 MB response limit
+STOP_RECORDS = 60_000  # of 3 kB: its server then took 5-20 s to exit after a SIGTERM
 
 
 def test_postgres_has_logical_wal(pg_url: str) -> None:
@@ -138,6 +139,23 @@ def test_a_backlog_above_librdkafkas_response_limit_reads_on_noida(tmp_path: Pat
     finally:
         stop_pid(started.pid)
     assert read == [0, 1]
+
+
+def test_a_stopped_broker_leaves_no_process_of_its_group_behind(tmp_path: Path) -> None:
+    """noida-db is a console script that runs the server as its child; after a SIGTERM the
+    script exits at once and the server, holding data, shuts down for seconds more: the stop
+    returned while it ran (a bench found one still up after its stack had been stopped)."""
+    started = start_broker(tmp_path, "noida")
+    try:
+        producer = Producer(producer_config(started.url, "noida"))
+        for i in range(STOP_RECORDS):
+            producer.produce("held", key=f"k{i}".encode(), value=b"x" * 3000, partition=0)
+            if i % 10_000 == 0:
+                producer.flush(60)  # the client's queue holds 100,000 records at most
+        assert producer.flush(60) == 0
+    finally:
+        stop_pid(started.pid)
+    assert group_members(started.pid) == []
 
 
 def test_a_service_that_does_not_come_up_is_named_with_the_line_of_its_log_that_says_why(

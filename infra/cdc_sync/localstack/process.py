@@ -143,7 +143,9 @@ def alive(pid: int) -> bool:
 
 
 def stop_pid(pid: int, timeout: float = 15.0) -> None:
-    """SIGTERM the process group, wait, then SIGKILL it."""
+    """SIGTERM the process group, wait until none of it is left, then SIGKILL it. The whole
+    group: a wrapper that exits at once can leave its child shutting down (noida-db's console
+    script and its server, which took 5-20 s and more after a SIGTERM with 180 MB or more)."""
     for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 5.0)):
         try:
             os.killpg(pid, sig)
@@ -154,9 +156,24 @@ def stop_pid(pid: int, timeout: float = 15.0) -> None:
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline:
             _reap(pid)
-            if not alive(pid):
+            if not alive(pid) and not group_members(pid):
                 return
             time.sleep(0.1)
+
+
+def group_members(pgid: int) -> list[int]:
+    """The live (not zombie) processes of process group `pgid`, from /proc."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[-1].split()
+        except OSError:
+            continue  # gone meanwhile
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            members.append(int(entry.name))
+    return members
 
 
 def _reap(pid: int) -> None:
