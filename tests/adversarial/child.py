@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from cdc_sync.localstack.process import group_members
+
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -125,21 +127,6 @@ class Stopped:
     returncode: int | None  # None: it did not exit in time (then killed)
     group_seconds: float  # signal -> nothing of its process group left
     left: list[str]  # what of its group still ran when it exited (java: Spark's JVM, ...)
-
-
-def group_members(pgid: int) -> list[str]:
-    """The command names of the processes of group `pgid` still running (zombies awaiting
-    their reaper do not count)."""
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            name, rest = stat.read_text().rsplit(")", 1)
-        except OSError:  # gone meanwhile
-            continue
-        fields = rest.split()
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            found.append(name.split("(", 1)[1])
-    return sorted(found)
 
 
 @contextlib.contextmanager

@@ -161,19 +161,19 @@ def stop_pid(pid: int, timeout: float = 15.0) -> None:
             time.sleep(0.1)
 
 
-def group_members(pgid: int) -> list[int]:
-    """The live (not zombie) processes of process group `pgid`, from /proc."""
-    members = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
+def group_members(pgid: int) -> list[str]:
+    """The command names of process group `pgid`'s live processes, from /proc (zombies
+    awaiting their reaper do not count)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[-1].split()
-        except OSError:
-            continue  # gone meanwhile
+            name, rest = stat.read_text().rsplit(")", 1)
+        except OSError:  # gone meanwhile
+            continue
+        fields = rest.split()
         if int(fields[2]) == pgid and fields[0] != "Z":
-            members.append(int(entry.name))
-    return members
+            found.append(name.split("(", 1)[1])
+    return sorted(found)
 
 
 def _reap(pid: int) -> None:
