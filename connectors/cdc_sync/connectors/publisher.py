@@ -1,13 +1,18 @@
 """Publish Debezium records as Kafka Connect would: same topic, key, value and partition.
 
 `publish_batch` returns only once every record of the batch is acknowledged by the broker; the
-engine commits source offsets after that, so a crash can repeat records but never lose one.
+engine commits source offsets after that, so a crash can repeat records but never lose one. A
+slow broker is waited for: each record ends delivered or failed by the producer's own delivery
+timeout (librdkafka's `message.timeout.ms`, 5 minutes unless set), and only a failure ends the
+capture. (Giving up after a fixed minute instead ended a 550,000-row snapshot on a busy broker
+stand-in, whose acknowledgements lagged: the snapshot starts over from its first row.)
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -19,7 +24,11 @@ from cdc_sync.core.kafka_clients import admin_config, producer_config
 
 log = logging.getLogger(__name__)
 
+# One flush's wait; then the publisher says how many records the broker has yet to acknowledge,
+# and waits again.
 FLUSH_TIMEOUT_SECONDS = 60.0
+# librdkafka's default `message.timeout.ms`: every record has a delivery report by then.
+DEFAULT_DELIVERY_TIMEOUT_MS = 300_000
 
 
 @dataclass(frozen=True)
@@ -67,12 +76,23 @@ class PublishError(RuntimeError):
 
 
 class KafkaPublisher:
-    def __init__(self, bootstrap: str, flavor: str, topics: TopicSettings) -> None:
+    def __init__(
+        self, bootstrap: str, flavor: str, topics: TopicSettings, **producer_settings: Any
+    ) -> None:
+        """`producer_settings`: librdkafka settings over the project's (`message.timeout.ms`,
+        how long a record may wait for the broker before it fails)."""
         # murmur2 is the Java client's partitioner: the same key lands on the same partition
         # as with Kafka Connect, whatever created the topic.
-        self.producer = Producer(
-            producer_config(bootstrap, flavor, **{"partitioner": "murmur2_random", "acks": "all"})
+        config = producer_config(
+            bootstrap,
+            flavor,
+            **{"partitioner": "murmur2_random", "acks": "all", **producer_settings},
         )
+        self.producer = Producer(config)
+        # A record has its delivery report by then; past it (and a flush's wait more), the
+        # producer itself is stuck.
+        timeout_ms = int(config.get("message.timeout.ms", DEFAULT_DELIVERY_TIMEOUT_MS))
+        self.give_up_seconds = timeout_ms / 1000 + FLUSH_TIMEOUT_SECONDS
         self.admin = AdminClient(admin_config(bootstrap))
         self.topics = topics
         self.known_topics: set[str] = set()
@@ -88,11 +108,22 @@ class KafkaPublisher:
 
         for record in records:
             self._produce(record, on_delivery)
-        remaining = self.producer.flush(FLUSH_TIMEOUT_SECONDS)
+        started = time.monotonic()
+        while (remaining := self.producer.flush(FLUSH_TIMEOUT_SECONDS)) and not errors:
+            waited = time.monotonic() - started
+            if waited > self.give_up_seconds:
+                break
+            log.warning(
+                "the broker has not acknowledged %d of %d records after %.0f s; waiting for "
+                "it (each record fails at the producer's message.timeout.ms)",
+                remaining,
+                len(records),
+                waited,
+            )
         if remaining or errors:
             raise PublishError(
-                f"{len(errors)} records failed, {remaining} unacknowledged "
-                f"after {FLUSH_TIMEOUT_SECONDS}s: {errors[:1]}"
+                f"{len(errors)} records failed, {remaining} unacknowledged after "
+                f"{time.monotonic() - started:.0f}s: {errors[:1]}"
             )
         self.published += len(records)
 

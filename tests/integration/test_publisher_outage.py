@@ -1,0 +1,118 @@
+"""The embedded capture's publisher waits for a broker that does not answer (SIGSTOP), and fails
+only when the producer itself gives the records up (`message.timeout.ms`).
+
+A 550,000-row snapshot on the Tansu stand-in ended when the broker's acknowledgements lagged past
+the publisher's former fixed minute (benchmarks, 2026-11-28): its snapshot then starts over from
+the first row. Each test starts a broker of its own (the local recipe, in its own process
+group), so it can freeze that process without disturbing other tests.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+from cdc_sync.connectors.publisher import KafkaPublisher, PublishError, Record, TopicSettings
+from cdc_sync.core.kafka_clients import consumer_config
+from cdc_sync.localstack.process import StackError, Started, stop_pid
+from cdc_sync.localstack.services import start_broker
+from tests.adversarial.child import frozen
+
+pytestmark = pytest.mark.integration
+
+TOPIC = "cdc.outage.rows"
+FLUSH_SECONDS = 1.0  # the publisher's wait between reports, shortened for the test
+FROZEN_SECONDS = 4.0  # longer than several flushes
+
+
+@pytest.fixture
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Started]:
+    root = tmp_path_factory.mktemp("private-broker")
+    try:
+        started = start_broker(root, "tansu")
+    except StackError as exc:
+        pytest.skip(f"the Tansu stand-in could not start: {exc} (run `make bootstrap`)")
+    try:
+        yield started
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # never leave it stopped
+            os.kill(started.pid, signal.SIGCONT)
+        stop_pid(started.pid)
+
+
+@pytest.fixture(autouse=True)
+def short_flushes(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("cdc_sync.connectors.publisher.FLUSH_TIMEOUT_SECONDS", FLUSH_SECONDS)
+
+
+def records(first: int, count: int) -> list[Record]:
+    return [
+        Record(TOPIC, f'{{"id": {n}}}'.encode(), f'{{"n": {n}}}'.encode())
+        for n in range(first, first + count)
+    ]
+
+
+def topic_values(bootstrap: str) -> list[bytes]:
+    consumer = Consumer(
+        consumer_config(
+            bootstrap, "tansu", group_id="outage-check", **{"enable.partition.eof": True}
+        )
+    )
+    try:
+        consumer.assign([TopicPartition(TOPIC, 0, 0)])
+        values: list[bytes] = []
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            message = consumer.poll(1.0)
+            if message is None:
+                continue
+            if message.error() is not None:
+                break  # the partition's end
+            values.append(bytes(message.value() or b""))
+        return values
+    finally:
+        consumer.close()
+
+
+def test_a_broker_that_stops_answering_is_waited_for_and_nothing_is_lost(
+    broker: Started, caplog: pytest.LogCaptureFixture
+) -> None:
+    publisher = KafkaPublisher(broker.url, "tansu", TopicSettings(1, 1, {}))
+    try:
+        publisher.publish_batch(records(0, 10))  # the topic exists, the connection is up
+        with frozen(broker.pid):
+            thaw = threading.Timer(FROZEN_SECONDS, lambda: os.kill(broker.pid, signal.SIGCONT))
+            thaw.start()
+            started = time.monotonic()
+            publisher.publish_batch(records(10, 50))
+            waited = time.monotonic() - started
+            thaw.join()
+    finally:
+        publisher.close()
+    assert waited >= FROZEN_SECONDS - 0.5
+    assert "has not acknowledged" in caplog.text
+    assert publisher.published == 60
+    expected = [f'{{"n": {n}}}'.encode() for n in range(60)]
+    assert topic_values(broker.url) == expected  # every record once, in order
+
+
+def test_records_the_producer_gives_up_on_end_the_batch(broker: Started) -> None:
+    publisher = KafkaPublisher(
+        broker.url, "tansu", TopicSettings(1, 1, {}), **{"message.timeout.ms": 2000}
+    )
+    try:
+        publisher.publish_batch(records(0, 1))
+        with frozen(broker.pid), pytest.raises(PublishError, match="records failed"):
+            publisher.publish_batch(records(1, 5))
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(broker.pid, signal.SIGCONT)
+        publisher.producer.purge()
+        publisher.close()
