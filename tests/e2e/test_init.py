@@ -5,7 +5,8 @@ a reserved word and a name Kafka cannot carry as table names, stored generated c
 month-partitioned table and a table without a key), `init --apply`, both validators, capture
 (the embedded engine) and the job acting as the role init made, a workload that moves rows
 between partitions and attaches and detaches a partition while streaming, and `cdc-sync verify`
-converges."""
+converges. Nested documents over the same schema are added to init's mapping, as a user would,
+and verify checks them against the documents Postgres computes (`DOCUMENTS`)."""
 
 from __future__ import annotations
 
@@ -128,6 +129,32 @@ WORKLOAD = [
     "FOR VALUES FROM ('2026-03-01') TO ('2026-04-01')",
     "UPDATE garden.readings SET value = -1 WHERE sensor = 9 AND at = '2026-03-05'",
 ]
+# Document indices a user adds to init's mapping, over the odd parts of the schema: a composite
+# key whose value holds the id separator and a composite join; a reserved word as the root and a
+# domain-typed key joined to a table whose name differs from another's by case alone; stored
+# generated columns (which streamed changes lack) under a filter; a partitioned root whose rows
+# move between partitions, and whose partitions are attached and detached.
+DOCUMENTS = """
+documents:
+  garden_bed_documents:
+    root: garden.beds
+    relations:
+      harvests:
+        table: garden.harvests
+        join: {site: site, bed: bed}
+        type: nested
+        order_by: [kg]
+  garden_order_documents:
+    root: garden.order
+    relations:
+      sort: {table: garden.Varieties, kind: one, join: {variety: code}}
+  garden_seed_documents:
+    root: garden.seeds
+    filter: "CAST(price AS numeric(38, 10)) > 5"
+  garden_reading_documents:
+    root: garden.readings
+    filter: "CAST(value AS numeric(38, 10)) >= 0"
+"""
 # A partition detached (its rows leave the table without a change event): a blocking snapshot
 # of the root, whose end removes them from every sink.
 DETACH = ["ALTER TABLE garden.readings DETACH PARTITION garden.readings_2026_01"]
@@ -196,6 +223,8 @@ def test_init_then_capture_run_and_verify_converge(
     assert "garden.seeds: stored generated columns price, label: not published" in said
     connector = tmp_path / "connectors" / f"{name}.json"
     mapping_file = tmp_path / "mappings" / f"{name}.yaml"
+    with mapping_file.open("a") as mapping_text:
+        mapping_text.write(DOCUMENTS)
 
     # From here on everything acts as the role the setup SQL made, as the README says.
     connections = services.connections(as_role(url, f"cdc_sync_{name}"), REDIS_DB, tmp_path)
@@ -208,6 +237,7 @@ def test_init_then_capture_run_and_verify_converge(
     assert {str(t) for t in mapping.tables} == ROUTED
     indices = [r.search.index for r in mapping.tables.values() if r.search is not None]
     assert len(set(indices)) == len(indices)  # Varieties and varieties: one index each
+    assert len(mapping.documents) == 4
     job = SyncHarness(services.spark, mapping, connections, tmp_path)
     with ExitStack() as stack:
         capture = CaptureEngine.from_file(

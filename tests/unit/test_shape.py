@@ -17,6 +17,7 @@ from cdc_sync.core.types import Column, ColumnType, RowSchema, TypeKind
 from cdc_sync.mapping import TableRoute, load_mapping
 from cdc_sync.schema.arrow import arrow_schema
 from cdc_sync.shape.checks import missing_secrets, shape_problems
+from cdc_sync.shape.engine import ExpressionError, result_types
 from cdc_sync.shape.rows import marked_deleted, sink_rows
 from cdc_sync.sinks.delta.actions import to_actions as delta_actions
 from cdc_sync.sinks.delta.target import target_schema
@@ -370,3 +371,26 @@ def test_verify_expects_a_marked_row_exactly_where_postgres_lacks_it(tmp_path: P
     actual |= {"5": {"id": "5", "_deleted": True}, "6": {"id": "6", "_deleted": True}}
     checked = compare_sink(route, "cache", expected, actual, {"1", "2", "5"}, {"6"})
     assert (checked.missing, checked.extra, checked.different) == ([], ["4", "5", "6"], ["2"])
+
+
+def test_a_numeric_without_precision_in_an_expression_says_how_to_compare_it() -> None:
+    """A `numeric` of any scale is held as exact text (no fixed decimal holds every value), so a
+    filter such as `kg > 5` does not bind: the error names the column and the cast that does,
+    which Postgres (verify, the document oracle) reads alike (seen with `cdc-sync init` on a
+    schema of `numeric` columns)."""
+    schema = RowSchema(
+        (Column("id", ColumnType(TypeKind.INT64)), Column("kg", ColumnType(TypeKind.DECIMAL)))
+    )
+    with pytest.raises(ExpressionError) as refused:
+        result_types(schema, {"filter": ("documents.d.filter", "kg > 5")})
+    assert refused.value.path == "documents.d.filter"
+    assert "kg is a numeric without a precision" in refused.value.message
+    assert "CAST(kg AS numeric(38, 10))" in refused.value.message
+    cast = result_types(
+        schema, {"filter": ("documents.d.filter", "CAST(kg AS numeric(38, 10)) > 5")}
+    )
+    assert cast["filter"].kind is TypeKind.BOOLEAN
+    # An expression over other columns keeps DuckDB's own message alone.
+    with pytest.raises(ExpressionError) as other:
+        result_types(schema, {"filter": ("f", "id > 'x' + 1")})
+    assert "numeric without a precision" not in other.value.message

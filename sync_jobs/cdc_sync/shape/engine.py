@@ -15,8 +15,8 @@ from functools import lru_cache
 import duckdb
 import pyarrow as pa
 
-from cdc_sync.core.types import ColumnType, RowSchema
-from cdc_sync.schema.arrow import arrow_schema, column_type_from_arrow
+from cdc_sync.core.types import ColumnType, RowSchema, TypeKind
+from cdc_sync.schema.arrow import arrow_schema, column_type_from_arrow, decimal_as_text
 
 
 class ExpressionError(ValueError):
@@ -91,12 +91,34 @@ def _result_types(
     empty = arrow_schema(schema).empty_table()
     types = []
     for name, (path, sql) in expressions:
-        result = evaluate(empty, {name: (path, sql)})
+        try:
+            result = evaluate(empty, {name: (path, sql)})
+        except ExpressionError as exc:
+            raise ExpressionError(exc.path, exc.message + _text_decimal_hint(schema, sql)) from exc
         try:
             types.append((name, column_type_from_arrow(result.schema.field(name).type)))
         except TypeError as exc:
             raise ExpressionError(path, f"{exc}: cast it (e.g. CAST(... AS VARCHAR))") from exc
     return tuple(types)
+
+
+def _text_decimal_hint(schema: RowSchema, sql: str) -> str:
+    """What to write instead, when the expression reads a `numeric` without a precision: the
+    engine holds it as exact text (no fixed-scale decimal holds every such value), so `price >
+    5` does not bind."""
+    named = [
+        c.name
+        for c in schema.columns
+        if c.type.kind is TypeKind.DECIMAL and decimal_as_text(c.type) and c.name in sql
+    ]
+    if not named:
+        return ""
+    column = named[0]
+    return (
+        f" ({column} is a numeric without a precision, held as exact text: compare it as "
+        f"CAST({column} AS numeric(38, 10)), which Postgres reads alike, or give the column a "
+        "precision)"
+    )
 
 
 def _parsed(path: str, sql: str | duckdb.Expression) -> duckdb.Expression:
