@@ -28,8 +28,8 @@ from tests.adversarial.child import frozen
 pytestmark = pytest.mark.integration
 
 TOPIC = "cdc.outage.rows"
-FLUSH_SECONDS = 1.0  # the publisher's wait between reports, shortened for the test
-FROZEN_SECONDS = 4.0  # longer than several flushes
+REPORT_SECONDS = 1.0  # the publisher's wait between reports, shortened for the test
+FROZEN_SECONDS = 4.0  # longer than several reports
 
 
 @pytest.fixture
@@ -48,8 +48,9 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Started]:
 
 
 @pytest.fixture(autouse=True)
-def short_flushes(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("cdc_sync.connectors.publisher.FLUSH_TIMEOUT_SECONDS", FLUSH_SECONDS)
+def short_reports(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("cdc_sync.connectors.publisher.REPORT_SECONDS", REPORT_SECONDS)
+    monkeypatch.setattr("cdc_sync.connectors.publisher.FLUSH_TIMEOUT_SECONDS", 1.0)  # close()
 
 
 def records(first: int, count: int) -> list[Record]:
@@ -116,3 +117,33 @@ def test_records_the_producer_gives_up_on_end_the_batch(broker: Started) -> None
             os.kill(broker.pid, signal.SIGCONT)
         publisher.producer.purge()
         publisher.close()
+
+
+def test_a_stopping_capture_ends_a_batch_that_waits_for_the_broker(broker: Started) -> None:
+    """`CaptureEngine.stop` asks the publisher to stop waiting: the batch fails (its offsets are
+    not committed) instead of holding the stop for the producer's delivery timeout."""
+    publisher = KafkaPublisher(broker.url, "tansu", TopicSettings(1, 1, {}))
+    failed: list[BaseException] = []
+
+    def publish() -> None:
+        try:
+            publisher.publish_batch(records(1, 5))
+        except PublishError as exc:
+            failed.append(exc)
+
+    try:
+        publisher.publish_batch(records(0, 1))
+        with frozen(broker.pid):
+            waiting = threading.Thread(target=publish)
+            waiting.start()
+            time.sleep(1.0)
+            stopped_at = time.monotonic()
+            publisher.stop_waiting()
+            waiting.join(10)
+            assert not waiting.is_alive()
+            assert time.monotonic() - stopped_at < 2.0
+    finally:
+        publisher.producer.purge()
+        publisher.close()
+    assert len(failed) == 1
+    assert "unacknowledged" in str(failed[0])

@@ -275,6 +275,7 @@ class CaptureEngine:
         return bool(row and row[0])
 
     def stop(self, timeout_seconds: float = 30.0) -> None:
+        self.publisher.stop_waiting()  # a batch waiting for a lagging broker ends at once
         if self._engine is not None:
             self._engine.close()
         if self._thread is not None:

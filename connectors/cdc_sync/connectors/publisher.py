@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -24,9 +25,12 @@ from cdc_sync.core.kafka_clients import admin_config, producer_config
 
 log = logging.getLogger(__name__)
 
-# One flush's wait; then the publisher says how many records the broker has yet to acknowledge,
-# and waits again.
+# How long `close` waits for what is still queued.
 FLUSH_TIMEOUT_SECONDS = 60.0
+# While the broker lags, how often the publisher says how many records it has yet to
+# acknowledge, and how often it looks whether the capture is stopping.
+REPORT_SECONDS = 60.0
+WAIT_SLICE_SECONDS = 0.5
 # librdkafka's default `message.timeout.ms`: every record has a delivery report by then.
 DEFAULT_DELIVERY_TIMEOUT_MS = 300_000
 
@@ -89,10 +93,11 @@ class KafkaPublisher:
             **{"partitioner": "murmur2_random", "acks": "all", **producer_settings},
         )
         self.producer = Producer(config)
-        # A record has its delivery report by then; past it (and a flush's wait more), the
+        # A record has its delivery report by then; past it (and a report's wait more), the
         # producer itself is stuck.
         timeout_ms = int(config.get("message.timeout.ms", DEFAULT_DELIVERY_TIMEOUT_MS))
-        self.give_up_seconds = timeout_ms / 1000 + FLUSH_TIMEOUT_SECONDS
+        self.give_up_seconds = timeout_ms / 1000 + REPORT_SECONDS
+        self._stopping = threading.Event()
         self.admin = AdminClient(admin_config(bootstrap))
         self.topics = topics
         self.known_topics: set[str] = set()
@@ -108,18 +113,20 @@ class KafkaPublisher:
 
         for record in records:
             self._produce(record, on_delivery)
-        started = time.monotonic()
-        while (remaining := self.producer.flush(FLUSH_TIMEOUT_SECONDS)) and not errors:
-            waited = time.monotonic() - started
-            if waited > self.give_up_seconds:
+        started = reported = time.monotonic()
+        while (remaining := self.producer.flush(WAIT_SLICE_SECONDS)) and not errors:
+            now = time.monotonic()
+            if self._stopping.is_set() or now - started > self.give_up_seconds:
                 break
-            log.warning(
-                "the broker has not acknowledged %d of %d records after %.0f s; waiting for "
-                "it (each record fails at the producer's message.timeout.ms)",
-                remaining,
-                len(records),
-                waited,
-            )
+            if now - reported >= REPORT_SECONDS:
+                reported = now
+                log.warning(
+                    "the broker has not acknowledged %d of %d records after %.0f s; waiting "
+                    "for it (each record fails at the producer's message.timeout.ms)",
+                    remaining,
+                    len(records),
+                    now - started,
+                )
         if remaining or errors:
             raise PublishError(
                 f"{len(errors)} records failed, {remaining} unacknowledged after "
@@ -164,6 +171,11 @@ class KafkaPublisher:
                     if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                         raise
         self.known_topics.update(missing)
+
+    def stop_waiting(self) -> None:
+        """A batch waiting for the broker ends now (PublishError): the capture is stopping, and
+        its offsets are not committed, so the records are sent again at the next start."""
+        self._stopping.set()
 
     def close(self) -> None:
         self.producer.flush(FLUSH_TIMEOUT_SECONDS)
