@@ -60,6 +60,7 @@ from e2ebench.pipeline import (  # noqa: E402
     start_capture,
     start_job,
     stop_run,
+    wait_captured,
 )
 from e2ebench.printout import render  # noqa: E402
 from e2ebench.report import rss_drift, streaming_ceiling, targets  # noqa: E402
@@ -204,9 +205,11 @@ def initial_sync(
     meanwhile (`cpu_before` reads the counters; called once now, once at the end)."""
     before = cpu_before()
     counting = time.thread_time()
-    capture.wait_ready(timeout_seconds=600)
+    wait_captured(capture)
     capture_seconds = time.monotonic() - started
-    reached = counter.wait_all(expected, timeout=1800, started=started, job=job)
+    # The sinks at 100 rows/s at worst (the default size syncs at ~500).
+    timeout = max(1800.0, expected / 100)
+    reached = counter.wait_all(expected, timeout=timeout, started=started, job=job)
     after = cpu_before()
     # This thread polled the sinks' counts, in the capture's process: not the pipeline's work.
     counting = time.thread_time() - counting

@@ -59,6 +59,22 @@ def start_capture(
     return capture
 
 
+def wait_captured(capture: CaptureEngine, stall_seconds: float = 120.0) -> None:
+    """Until capture has published its snapshot, however long that takes while it makes
+    progress: a fixed limit ended the 550,000-row run on the Tansu stand-in, whose produce rate
+    falls as its partitions grow (477,202 records in 600 s, 2026-11-28). A TimeoutError once
+    `stall_seconds` pass without a record published."""
+    published = -1
+    while True:
+        try:
+            capture.wait_ready(timeout_seconds=stall_seconds)
+            return
+        except TimeoutError:
+            if capture.published == published:
+                raise
+            published = capture.published
+
+
 @dataclass
 class SinkCounter:
     """Rows each sink holds for the routed tables (sums over tables)."""

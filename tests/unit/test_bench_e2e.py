@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from e2ebench.floors import all_sinks_floor, consumer_floor
 from e2ebench.ladder import rate_ladder
 from e2ebench.observe import CpuTracker, batch_lines, process_tree, stage_breakdown, tree_usage
+from e2ebench.pipeline import wait_captured
 from e2ebench.printout import render
 from e2ebench.raw import wait_quantile
 from e2ebench.report import rss_drift, targets
@@ -508,3 +509,30 @@ def test_a_slow_sink_does_not_delay_what_the_sampler_sees_in_the_others() -> Non
     assert max(in_redis) < 0.5, sorted(in_redis)
     # Search's reads take 1 s each: a probe committed during one waits for the next.
     assert max(p.seen.get("search", 0.0) for p in probes) > max(in_redis) + 0.3
+
+
+class SlowCapture:
+    """A capture whose snapshot outlasts each wait, publishing `step` records per wait; then
+    ready, or stalled (no record more) from `stall_after` waits on."""
+
+    def __init__(self, waits_before_ready: int, stall_after: int | None = None) -> None:
+        self.waits, self.waits_before_ready, self.stall_after = 0, waits_before_ready, stall_after
+        self.published = 0
+
+    def wait_ready(self, timeout_seconds: float) -> None:
+        self.waits += 1
+        if self.stall_after is None or self.waits < self.stall_after:
+            self.published += 100
+        if self.waits > self.waits_before_ready:
+            return
+        raise TimeoutError(f"capture not ready after {timeout_seconds}s")
+
+
+def test_the_bench_waits_for_a_long_snapshot_while_capture_publishes() -> None:
+    slow = SlowCapture(waits_before_ready=5)
+    wait_captured(slow, stall_seconds=0.01)  # type: ignore[arg-type]
+    assert slow.waits == 6
+    stalled = SlowCapture(waits_before_ready=100, stall_after=3)
+    with pytest.raises(TimeoutError):
+        wait_captured(stalled, stall_seconds=0.01)  # type: ignore[arg-type]
+    assert stalled.waits == 3  # the first wait without a new record ends it
