@@ -530,9 +530,9 @@ class SlowCapture:
 
 def test_the_bench_waits_for_a_long_snapshot_while_capture_publishes() -> None:
     slow = SlowCapture(waits_before_ready=5)
-    wait_captured(slow, stall_seconds=0.01)  # type: ignore[arg-type]
+    wait_captured(slow, stall_seconds=0.01)
     assert slow.waits == 6
     stalled = SlowCapture(waits_before_ready=100, stall_after=3)
     with pytest.raises(TimeoutError):
-        wait_captured(stalled, stall_seconds=0.01)  # type: ignore[arg-type]
+        wait_captured(stalled, stall_seconds=0.01)
     assert stalled.waits == 3  # the first wait without a new record ends it
