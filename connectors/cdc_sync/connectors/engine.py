@@ -283,4 +283,16 @@ class CaptureEngine:
             if self._thread.is_alive():
                 log.warning("capture engine did not stop within %ss", timeout_seconds)
         self.publisher.close()
+        if self._engine is not None:
+            _let_the_process_exit()
         log.info("capture stopped after publishing %d records", self.published)
+
+
+def _let_the_process_exit() -> None:
+    """At the process's exit JPype destroys the JVM, which waits for every non-daemon Java
+    thread; Debezium's can outlive a stopped or failed engine (a snapshot interrupted, its error
+    handler retrying without limit), and the process then never exits. Offsets are stored after
+    every batch, so not destroying the JVM loses nothing."""
+    import jpype.config
+
+    jpype.config.destroy_jvm = False

@@ -1,0 +1,86 @@
+"""A process that ran the embedded capture exits once the capture stopped, even mid-snapshot.
+
+Seen twice in benchmarks (2026-11-28, 550,000 rows): after the capture failed or was stopped
+during its snapshot, the bench process never exited: its main thread waited in JPype's
+`_JTerminate`, the JVM's destroy waiting for Debezium threads that did not end. `cdc-sync capture`
+leaves through the same path, so it would hang instead of exiting for a supervisor to restart it.
+The capture runs in a child process here, stopped while it still publishes its snapshot.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from tests.fixtures.services import KafkaEndpoint
+from tests.pg import private_database
+
+pytestmark = pytest.mark.integration
+
+ROWS = 60_000  # a snapshot of several seconds on the stand-in brokers
+EXIT_SECONDS = 30.0
+
+CHILD = """
+import sys, time, uuid
+from pathlib import Path
+from cdc_sync.connectors.engine import CaptureEngine
+from cdc_sync.core.settings import Connections
+
+database, bootstrap, flavor, state = sys.argv[1:5]
+prefix = f"exit{uuid.uuid4().hex[:8]}"
+connections = Connections(database, bootstrap, flavor, None, "opensearch", None, None, None)
+settings = {
+    "topic.prefix": prefix, "slot.name": prefix, "publication.name": prefix,
+    "schema.include.list": "exit", "table.include.list": "exit.rows",
+    "signal.data.collection": "", "heartbeat.interval.ms": "0", "slot.drop.on.stop": "true",
+}
+engine = CaptureEngine.from_file(Path("connectors/shop.json"), connections, Path(state), settings)
+engine.start()
+deadline = time.monotonic() + 120
+while engine.published < 2_000:
+    engine.raise_if_failed()
+    assert time.monotonic() < deadline, "the snapshot did not start"
+    time.sleep(0.05)
+engine.stop()
+print(f"stopped after {engine.published} records", flush=True)
+"""
+
+
+def test_a_capture_stopped_mid_snapshot_lets_its_process_exit(
+    pg_url: str, kafka: KafkaEndpoint, tmp_path: Path
+) -> None:
+    with private_database(pg_url, "capture_exit") as database:
+        with psycopg.connect(database, autocommit=True) as conn:
+            conn.execute("CREATE SCHEMA exit")
+            conn.execute("CREATE TABLE exit.rows (id int PRIMARY KEY, body text)")
+            conn.execute(
+                "INSERT INTO exit.rows SELECT g, md5(g::text) FROM generate_series(1, %s) g",
+                (ROWS,),
+            )
+        child = subprocess.Popen(
+            [sys.executable, "-c", CHILD, database, kafka.bootstrap, kafka.flavor, str(tmp_path)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            cwd=Path(__file__).resolve().parents[2],
+            # The child imports the code under test as this process does (a worktree's too).
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)},
+        )
+        try:
+            assert child.stdout is not None
+            line = child.stdout.readline()
+            assert line.startswith("stopped after"), line
+            stopped = time.monotonic()
+            child.wait(timeout=EXIT_SECONDS)
+            assert time.monotonic() - stopped < EXIT_SECONDS
+            assert child.returncode == 0
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
