@@ -3,8 +3,8 @@ only when the producer itself gives the records up (`message.timeout.ms`).
 
 A 550,000-row snapshot on the Tansu stand-in ended when the broker's acknowledgements lagged past
 the publisher's former fixed minute (benchmarks, 2026-11-28): its snapshot then starts over from
-the first row. Each test starts a broker of its own (the local recipe, in its own process
-group), so it can freeze that process without disturbing other tests.
+the first row. Each test has a broker of its own (`private_broker`), so it can freeze that
+process without disturbing other tests.
 """
 
 from __future__ import annotations
@@ -14,15 +14,13 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterator
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from cdc_sync.connectors.publisher import KafkaPublisher, PublishError, Record, TopicSettings
 from cdc_sync.core.kafka_clients import consumer_config
-from cdc_sync.localstack.process import StackError, Started, stop_pid
-from cdc_sync.localstack.services import start_broker
+from cdc_sync.localstack.process import Started
 from tests.adversarial.child import frozen
 
 pytestmark = pytest.mark.integration
@@ -30,21 +28,6 @@ pytestmark = pytest.mark.integration
 TOPIC = "cdc.outage.rows"
 REPORT_SECONDS = 1.0  # the publisher's wait between reports, shortened for the test
 FROZEN_SECONDS = 4.0  # longer than several reports
-
-
-@pytest.fixture
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Started]:
-    root = tmp_path_factory.mktemp("private-broker")
-    try:
-        started = start_broker(root, "tansu")
-    except StackError as exc:
-        pytest.skip(f"the Tansu stand-in could not start: {exc} (run `make bootstrap`)")
-    try:
-        yield started
-    finally:
-        with contextlib.suppress(ProcessLookupError):  # never leave it stopped
-            os.kill(started.pid, signal.SIGCONT)
-        stop_pid(started.pid)
 
 
 @pytest.fixture(autouse=True)
@@ -83,13 +66,15 @@ def topic_values(bootstrap: str) -> list[bytes]:
 
 
 def test_a_broker_that_stops_answering_is_waited_for_and_nothing_is_lost(
-    broker: Started, caplog: pytest.LogCaptureFixture
+    private_broker: Started, caplog: pytest.LogCaptureFixture
 ) -> None:
-    publisher = KafkaPublisher(broker.url, "tansu", TopicSettings(1, 1, {}))
+    publisher = KafkaPublisher(private_broker.url, "tansu", TopicSettings(1, 1, {}))
     try:
         publisher.publish_batch(records(0, 10))  # the topic exists, the connection is up
-        with frozen(broker.pid):
-            thaw = threading.Timer(FROZEN_SECONDS, lambda: os.kill(broker.pid, signal.SIGCONT))
+        with frozen(private_broker.pid):
+            thaw = threading.Timer(
+                FROZEN_SECONDS, lambda: os.kill(private_broker.pid, signal.SIGCONT)
+            )
             thaw.start()
             started = time.monotonic()
             publisher.publish_batch(records(10, 50))
@@ -101,28 +86,28 @@ def test_a_broker_that_stops_answering_is_waited_for_and_nothing_is_lost(
     assert "has not acknowledged" in caplog.text
     assert publisher.published == 60
     expected = [f'{{"n": {n}}}'.encode() for n in range(60)]
-    assert topic_values(broker.url) == expected  # every record once, in order
+    assert topic_values(private_broker.url) == expected  # every record once, in order
 
 
-def test_records_the_producer_gives_up_on_end_the_batch(broker: Started) -> None:
+def test_records_the_producer_gives_up_on_end_the_batch(private_broker: Started) -> None:
     publisher = KafkaPublisher(
-        broker.url, "tansu", TopicSettings(1, 1, {}), **{"message.timeout.ms": 2000}
+        private_broker.url, "tansu", TopicSettings(1, 1, {}), **{"message.timeout.ms": 2000}
     )
     try:
         publisher.publish_batch(records(0, 1))
-        with frozen(broker.pid), pytest.raises(PublishError, match="records failed"):
+        with frozen(private_broker.pid), pytest.raises(PublishError, match="records failed"):
             publisher.publish_batch(records(1, 5))
     finally:
         with contextlib.suppress(ProcessLookupError):
-            os.kill(broker.pid, signal.SIGCONT)
+            os.kill(private_broker.pid, signal.SIGCONT)
         publisher.producer.purge()
         publisher.close()
 
 
-def test_a_stopping_capture_ends_a_batch_that_waits_for_the_broker(broker: Started) -> None:
+def test_a_stopping_capture_ends_a_batch_that_waits_for_the_broker(private_broker: Started) -> None:
     """`CaptureEngine.stop` asks the publisher to stop waiting: the batch fails (its offsets are
     not committed) instead of holding the stop for the producer's delivery timeout."""
-    publisher = KafkaPublisher(broker.url, "tansu", TopicSettings(1, 1, {}))
+    publisher = KafkaPublisher(private_broker.url, "tansu", TopicSettings(1, 1, {}))
     failed: list[BaseException] = []
 
     def publish() -> None:
@@ -133,7 +118,7 @@ def test_a_stopping_capture_ends_a_batch_that_waits_for_the_broker(broker: Start
 
     try:
         publisher.publish_batch(records(0, 1))
-        with frozen(broker.pid):
+        with frozen(private_broker.pid):
             waiting = threading.Thread(target=publish)
             waiting.start()
             time.sleep(1.0)
