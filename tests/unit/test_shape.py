@@ -394,3 +394,7 @@ def test_a_numeric_without_precision_in_an_expression_says_how_to_compare_it() -
     with pytest.raises(ExpressionError) as other:
         result_types(schema, {"filter": ("f", "id > 'x' + 1")})
     assert "numeric without a precision" not in other.value.message
+    # Nor one whose text merely contains the column's name.
+    with pytest.raises(ExpressionError) as inside:
+        result_types(schema, {"filter": ("f", "'pkg' || id > 5")})
+    assert "numeric without a precision" not in inside.value.message

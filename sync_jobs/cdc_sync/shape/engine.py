@@ -8,6 +8,7 @@ expression reads the row and nothing else.
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
@@ -94,7 +95,8 @@ def _result_types(
         try:
             result = evaluate(empty, {name: (path, sql)})
         except ExpressionError as exc:
-            raise ExpressionError(exc.path, exc.message + _text_decimal_hint(schema, sql)) from exc
+            hint = _text_decimal_hint(schema, sql) if "VARCHAR" in exc.message else ""
+            raise ExpressionError(exc.path, exc.message + hint) from exc
         try:
             types.append((name, column_type_from_arrow(result.schema.field(name).type)))
         except TypeError as exc:
@@ -109,7 +111,9 @@ def _text_decimal_hint(schema: RowSchema, sql: str) -> str:
     named = [
         c.name
         for c in schema.columns
-        if c.type.kind is TypeKind.DECIMAL and decimal_as_text(c.type) and c.name in sql
+        if c.type.kind is TypeKind.DECIMAL
+        and decimal_as_text(c.type)
+        and re.search(rf"\b{re.escape(c.name)}\b", sql)
     ]
     if not named:
         return ""
