@@ -15,7 +15,6 @@ counts, and the keys its last transaction left open for the next batch
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import pickle
@@ -162,7 +161,7 @@ def _change_columns(change: Change, seen: set[str], kind: str = KIND_CHANGE) -> 
         "floor": change.snapshot_point,
         "ts": change.source_ts_ms,
         "ends_snapshot": change.ends_snapshot,
-        "change": pickle.dumps(dataclasses.replace(change, schema=None), protocol=5),
+        "change": pickle.dumps(change.evolve(schema=None), protocol=5),
     }
     if change.schema is not None:
         fingerprint = change.schema.fingerprint

@@ -44,8 +44,7 @@ class SchemaState:
     def conform(self, change: Change) -> Change:
         if self.allowed_columns is None or change.row is None:
             return change
-        return dataclasses.replace(
-            change,
+        return change.evolve(
             row={k: v for k, v in change.row.items() if k in self.allowed_columns},
             unavailable_columns=change.unavailable_columns & self.allowed_columns,
             uncertain_columns=change.uncertain_columns & self.allowed_columns,

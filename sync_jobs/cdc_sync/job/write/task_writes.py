@@ -10,7 +10,6 @@ that commit on the driver, the routed changes. A write that raises fails the tas
 
 from __future__ import annotations
 
-import dataclasses
 import pickle
 from collections import defaultdict
 from collections.abc import Iterator, Mapping
@@ -80,7 +79,7 @@ def _changes_by_table(batches: Iterator[pa.RecordBatch]) -> dict[str, list[Chang
                         f"{change.coordinates}: schema {fingerprint} arrived without its "
                         "definition (the partition's rows were reordered)"
                     )
-                change = dataclasses.replace(change, schema=schemas[fingerprint])
+                change = change.evolve(schema=schemas[fingerprint])
             by_table[row["table"]].append(change)
     return by_table
 
