@@ -6,8 +6,11 @@ and re-runs on restart.
 The job runs as a process (tests/adversarial/pipeline.py JobProcess) on a search server of the
 test's own, which it freezes (SIGSTOP: the server keeps its sockets and answers nothing, so a
 request blocks until the client's 30 s timeout), leaving the session's server to other tests.
-SIGTERM goes to the job's process only, as an orchestrator sends it; Ctrl-C (SIGINT) to its
-whole process group, as a terminal does (the Python workers get it too).
+SIGTERM goes to the job's process only, as an orchestrator sends it to a container's first
+process; Ctrl-C (SIGINT) to its whole process group, as a terminal does (the Python workers get
+it too). An idle job stopped by SIGTERM to its whole group, as systemd's default KillMode
+(control-group) sends it, must not fail on Spark's JVM ending beside it (it did: a py4j
+traceback, exit code 1).
 """
 
 from __future__ import annotations
@@ -73,6 +76,11 @@ def test_sigterm_and_ctrl_c_end_the_job_within_10_s_while_search_is_frozen(
     workload.run(10)
     pipeline.wait_converged(timeout_seconds=180)
     assert pipeline.dead_letters() == 0
+    stops["SIGTERM to its group, idle (systemd)"] = stopped = pipeline.job.stop_timed(
+        signal.SIGTERM, whole_group=True
+    )
+    log = pipeline.job.log.read_text(errors="replace")
+    assert stopped.returncode == 0 and "Traceback" not in log, f"{stopped}:\n{log[-4000:]}"
     print({name: stopped for name, stopped in stops.items()})
 
 

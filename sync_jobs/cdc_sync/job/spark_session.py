@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import shlex
 import sys
@@ -14,6 +15,7 @@ from pyspark import SparkConf, SparkContext
 from pyspark.java_gateway import launch_gateway
 from pyspark.sql import SparkSession
 
+log = logging.getLogger(__name__)
 MASTER_VAR = "CDC_SYNC_SPARK_MASTER"
 PACKAGES_VAR = "CDC_SYNC_SPARK_PACKAGES"  # e.g. spark-sql-kafka and delta-spark coordinates
 
@@ -81,7 +83,23 @@ def build_spark(
         _start_jvm_logging_to(conf, jvm_log)
     spark = SparkSession.builder.config(conf=conf).getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
+    _quiet_accumulator_server(spark.sparkContext)
     return spark
+
+
+def _quiet_accumulator_server(context: SparkContext) -> None:
+    """PySpark's accumulator server (a socket server in this process that Spark's JVM connects
+    to) prints a whole EOFError traceback to stderr when the JVM's connection ends without a
+    goodbye: what a stop signal sent to the whole process group does (systemd's default
+    KillMode, a terminal's Ctrl-C reaching the JVM). The JVM ending is the stop, not an error
+    an operator can act on: one line to the log file instead."""
+    server = getattr(context, "_accumulatorServer", None)
+    if server is not None:
+        server.handle_error = _accumulator_connection_ended  # shadows BaseServer.handle_error
+
+
+def _accumulator_connection_ended(_request: object, client_address: object) -> None:
+    log.debug("Spark's accumulator connection from %s ended: %r", client_address, sys.exc_info()[1])
 
 
 # Spark puts its own pyspark.zip (and py4j's) first on its Python processes' path; imported from
