@@ -14,6 +14,7 @@ import os
 import signal
 import threading
 import time
+import uuid
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
@@ -22,6 +23,7 @@ from cdc_sync.connectors.publisher import KafkaPublisher, PublishError, Record, 
 from cdc_sync.core.kafka_clients import consumer_config
 from cdc_sync.localstack.process import Started
 from tests.adversarial.child import frozen
+from tests.fixtures.services import KafkaEndpoint
 
 pytestmark = pytest.mark.integration
 
@@ -132,3 +134,22 @@ def test_a_stopping_capture_ends_a_batch_that_waits_for_the_broker(private_broke
         publisher.close()
     assert len(failed) == 1
     assert "unacknowledged" in str(failed[0])
+
+
+def os_threads() -> int:
+    """This process's threads, librdkafka's native ones included (Python's `threading` does not
+    see them)."""
+    return len(os.listdir("/proc/self/task"))
+
+
+def test_a_closed_publisher_leaves_no_kafka_client_behind(kafka: KafkaEndpoint) -> None:
+    """A publisher kept an admin client (for its topics) that close() did not end: it held its
+    broker threads and reconnected to a stopped broker every second for as long as the capture
+    object lived. Closed, a publisher that created a topic holds no client threads."""
+    before = os_threads()
+    publisher = KafkaPublisher(kafka.bootstrap, kafka.flavor, TopicSettings(1, 1, {}))
+    topic = f"cdc.closed.{uuid.uuid4().hex[:8]}"
+    publisher.publish_batch([Record(topic, b'{"id": 1}', b'{"n": 1}')])
+    assert os_threads() > before  # the producer's threads are up
+    publisher.close()
+    assert os_threads() <= before

@@ -98,7 +98,7 @@ class KafkaPublisher:
         timeout_ms = int(config.get("message.timeout.ms", DEFAULT_DELIVERY_TIMEOUT_MS))
         self.give_up_seconds = timeout_ms / 1000 + REPORT_SECONDS
         self._stopping = threading.Event()
-        self.admin = AdminClient(admin_config(bootstrap))
+        self.bootstrap = bootstrap
         self.topics = topics
         self.known_topics: set[str] = set()
         self.published = 0
@@ -149,10 +149,14 @@ class KafkaPublisher:
         missing = [t for t in topics if t not in self.known_topics]
         if not missing:
             return
-        existing = set(self.admin.list_topics(timeout=10).topics)
+        # An admin client for this call only: one kept by the publisher outlived close() (it
+        # has none) and reconnected to a stopped broker every second for as long as the
+        # capture object lived (seen in bench_e2e's process after its stack stopped).
+        admin = AdminClient(admin_config(self.bootstrap))
+        existing = set(admin.list_topics(timeout=10).topics)
         to_create = [t for t in missing if t not in existing]
         if to_create:
-            futures = self.admin.create_topics(
+            futures = admin.create_topics(
                 [
                     NewTopic(
                         t,
