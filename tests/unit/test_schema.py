@@ -211,6 +211,14 @@ def test_a_schema_is_converted_once_per_distinct_text_and_a_changed_one_again() 
         row_schema_from_connect({"type": "struct", "fields": [{"type": "int32"}]})
 
 
+def test_a_schema_json_cannot_write_is_converted_and_cached_all_the_same() -> None:
+    # The cache keys schemas by their JSON text; a schema the stdlib parser read (an integer
+    # past 64 bits somewhere in it, which orjson neither reads nor writes) is keyed by repr.
+    huge = {"type": "struct", "fields": [field("a", "int64") | {"default": 2**70}]}
+    assert row_schema_from_connect(huge).names == ("a",)
+    assert row_schema_from_connect(huge) is row_schema_from_connect(dict(huge))
+
+
 # Found by tests/integration/test_debezium_values.py (random values through real Debezium).
 @pytest.mark.parametrize(
     ("value", "document"),

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import orjson
+
 from cdc_sync.core.types import Column, ColumnType, RowSchema, SchemaConversionError, TypeKind
 from cdc_sync.schema.interval import ISO_8601
 
@@ -82,14 +84,24 @@ PHYSICAL_KINDS: dict[str, TypeKind] = {
 # converted once per distinct schema (by its text), the key and row schemas cost a lookup and
 # each RowSchema computes its fingerprint once, not per record (~40% of decoding a record).
 SCHEMA_CACHE_SIZE = 1024
-_converted: dict[str, RowSchema] = {}
+_converted: dict[bytes | str, RowSchema] = {}
+
+
+def _schema_text(struct_schema: Mapping[str, Any]) -> bytes | str:
+    """The cache's key: the schema as JSON text (orjson: ~0.4 us, repr took ~4 us a schema and
+    record); repr for what orjson refuses (a schema read by the stdlib parser's fallback, with
+    an integer past 64 bits)."""
+    try:
+        return orjson.dumps(struct_schema)
+    except orjson.JSONEncodeError:
+        return repr(struct_schema)
 
 
 def row_schema_from_connect(struct_schema: Mapping[str, Any]) -> RowSchema:
     """The columns of a Connect `struct` schema (an envelope's `after`, or a record key)."""
     if not isinstance(struct_schema, Mapping) or struct_schema.get("type") != "struct":
         raise SchemaConversionError("expected a Connect struct schema")
-    text = repr(struct_schema)
+    text = _schema_text(struct_schema)
     schema = _converted.get(text)
     if schema is None:
         schema = _row_schema(struct_schema)
