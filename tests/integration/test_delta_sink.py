@@ -213,6 +213,40 @@ def test_the_tombstone_table_is_compacted_and_still_fences(tmp_path: Path) -> No
     assert stale.fenced == 2 and rows(tmp_path) == {}
 
 
+def test_deletes_another_writer_records_fence_a_sink_that_keeps_its_tombstones(
+    tmp_path: Path,
+) -> None:
+    # The sink keeps the tombstone rows it read (and its own appends) between batches: another
+    # writer's delete must still fence its next batch.
+    sink = DeltaSink(tmp_path, tombstone_retention_seconds=3600)
+    sink.ensure_target(ROUTE, change("c", 1, 1, product(1)).schema)
+    sink.apply(ROUTE, [change("c", 10, 1, product(1)), change("c", 10, 2, product(2))])
+    sink.apply(ROUTE, [change("d", 20, 1)])
+    assert sink.apply(ROUTE, [change("u", 15, 1, product(1))]).fenced == 1  # read and kept
+    other = DeltaSink(tmp_path, tombstone_retention_seconds=3600)
+    other.apply(ROUTE, [change("d", 30, 2)])
+    stale = sink.apply(ROUTE, [change("u", 25, 2, product(2, name="stale"))])
+    assert stale.fenced == 1 and rows(tmp_path) == {}
+
+
+def test_a_tombstone_table_replaced_at_the_same_version_is_read_again(tmp_path: Path) -> None:
+    # Kept rows belong to one table: a tombstone table deleted and written again up to the same
+    # version number is another table (its metadata id), whose deletes fence.
+    sink = DeltaSink(tmp_path, tombstone_retention_seconds=3600)
+    sink.ensure_target(ROUTE, change("c", 1, 1, product(1)).schema)
+    sink.apply(ROUTE, [change("d", 20, 1)])
+    assert sink.apply(ROUTE, [change("u", 15, 1, product(1))]).fenced == 1  # read and kept
+    assert ROUTE.delta is not None
+    stones = tombstone_path(tmp_path, ROUTE.delta)
+    kept_version = DeltaTable(str(stones)).version()
+    shutil.rmtree(stones)
+    other = DeltaSink(tmp_path, tombstone_retention_seconds=3600)
+    other.apply(ROUTE, [change("d", 40, 3)])
+    assert DeltaTable(str(stones)).version() == kept_version
+    stale = sink.apply(ROUTE, [change("c", 35, 3, product(3, name="stale"))])
+    assert stale.fenced == 1 and 3 not in rows(tmp_path)
+
+
 def test_a_kept_table_handle_sees_other_writers_commits_and_a_dropped_table(
     tmp_path: Path,
 ) -> None:

@@ -25,28 +25,52 @@ class TableHandles:
 
     def __init__(self) -> None:
         self._tables: dict[str, DeltaTable] = {}
+        # Per path: the newest commit a handle was seen at, and its file's stamp.
+        self._seen: dict[str, tuple[int, Stamp]] = {}
 
     def get(self, path: Path) -> DeltaTable | None:
         """The table at `path`, current; None when there is none."""
         key = str(path)
         table = self._tables.pop(key, None)
-        if table is not None and _current(table, path):
-            self._tables[key] = table
+        if table is not None and self._current(table, path):
+            self._keep(key, path, table)
             return table
         table = open_table(path)
         if table is not None:
-            self._tables[key] = table
+            self._keep(key, path, table)
         return table
 
+    def _keep(self, key: str, path: Path, table: DeltaTable) -> None:
+        self._tables[key] = table
+        version = table.version()
+        self._seen[key] = (version, _stamp(path, version))
 
-def _current(table: DeltaTable, path: Path) -> bool:
-    """Brings `table` up to date; False when the table it read was deleted or replaced (its
-    newest commit file is gone), or cannot be read: then it is opened afresh. A handle does not
-    notice a table removed under it by itself, and committing from it would write into a gap of
-    the new table's log."""
+    def _current(self, table: DeltaTable, path: Path) -> bool:
+        """Brings `table` up to date; False when the table it read was deleted or replaced, or
+        cannot be read: then it is opened afresh. A handle does not notice a table removed
+        under it by itself, and committing from it would write into a gap of the new table's
+        log. Replaced is told by the commit file the handle was last seen at: gone, or another
+        file (a table deleted and written again up to that version number: the handle then read
+        no new commit and served the old table's files)."""
+        version, stamp = self._seen.get(str(path), (table.version(), None))
+        if stamp is None or _stamp(path, version) != stamp:
+            return False
+        try:
+            table.update_incremental()
+        except Exception as exc:
+            log.debug("delta table %s: kept handle unusable (%s), reopening", path, exc)
+            return False
+        return _stamp(path, table.version()) is not None
+
+
+# A commit file's inode, modification time (ns) and size: another file under the same name
+# differs in one of them.
+Stamp = tuple[int, int, int] | None
+
+
+def _stamp(path: Path, version: int) -> Stamp:
     try:
-        table.update_incremental()
-    except Exception as exc:
-        log.debug("delta table %s: kept handle unusable (%s), reopening", path, exc)
-        return False
-    return (path / "_delta_log" / f"{table.version():020d}.json").exists()
+        stat = (path / "_delta_log" / f"{version:020d}.json").stat()
+    except OSError:
+        return None
+    return (stat.st_ino, stat.st_mtime_ns, stat.st_size)
