@@ -86,3 +86,9 @@ def test_a_route_projects_each_table_schema_once() -> None:
     third = route.route(base({"id": 3, "sku": "c", "name": "n"}).evolve(schema=other))
     assert third.schema is not first.schema
     assert third.schema == route.project_schema(other) and "name" in third.schema.names
+
+
+def test_change_has_no_post_init_for_evolve_to_skip() -> None:
+    # evolve builds the copy without __init__: a __post_init__ added to Change (a check, a
+    # derived field) would be skipped by it, and evolve must then call it.
+    assert not hasattr(Change, "__post_init__")
