@@ -610,7 +610,9 @@ def build_parser() -> argparse.ArgumentParser:
         "documents:<name>); each has its own checkpoint, so another application can run the "
         "rest (default: every consumer the mapping needs)",
     )
-    run.set_defaults(handler=cmd_run)
+    # The job has closed its sinks and stopped Spark when it returns; the interpreter's teardown
+    # after Delta's upkeep then ended in Arrow's std::terminate (SIGABRT, seen in test_stop).
+    run.set_defaults(handler=cmd_run, exit_at_once=True)
 
     verify = sub.add_parser("verify", help="compare every sink with the source tables")
     verify.add_argument(
@@ -833,9 +835,10 @@ def main(argv: list[str] | None = None) -> int:
 def _exit_now(code: int) -> NoReturn:
     """End the process without the interpreter's teardown. After reading Delta, Arrow's C++
     thread pools are destroyed at exit while a worker still runs: `std::terminate`, SIGABRT
-    after the report was printed (6 of 60 `wait --sink delta` runs under load). Only for
-    commands whose whole output is printed and whose clients are closed by then (`wait`),
-    and only when running as the program (`main()` called with its own argv keeps going)."""
+    after the report was printed (6 of 60 `wait --sink delta` runs under load; `run` after a
+    stop signal, once its Delta upkeep had run). Only for commands whose whole output is
+    printed and whose clients are closed by then (`wait`, `run`), and only when running as the
+    program (`main()` called with its own argv keeps going)."""
     sys.stdout.flush()
     sys.stderr.flush()
     logging.shutdown()
