@@ -32,35 +32,31 @@ class TableHandles:
         """The table at `path`, current; None when there is none."""
         key = str(path)
         table = self._tables.pop(key, None)
-        if table is not None and self._current(table, path):
-            self._keep(key, path, table)
-            return table
-        table = open_table(path)
+        stamp = self._brought_up_to_date(table, path) if table is not None else None
+        if stamp is None:  # none kept, or the kept one is unusable: open afresh
+            table = open_table(path)
+            stamp = _stamp(path, table.version()) if table is not None else None
         if table is not None:
-            self._keep(key, path, table)
+            self._tables[key] = table
+            self._seen[key] = (table.version(), stamp)
         return table
 
-    def _keep(self, key: str, path: Path, table: DeltaTable) -> None:
-        self._tables[key] = table
-        version = table.version()
-        self._seen[key] = (version, _stamp(path, version))
-
-    def _current(self, table: DeltaTable, path: Path) -> bool:
-        """Brings `table` up to date; False when the table it read was deleted or replaced, or
-        cannot be read: then it is opened afresh. A handle does not notice a table removed
-        under it by itself, and committing from it would write into a gap of the new table's
-        log. Replaced is told by the commit file the handle was last seen at: gone, or another
-        file (a table deleted and written again up to that version number: the handle then read
-        no new commit and served the old table's files)."""
-        version, stamp = self._seen.get(str(path), (table.version(), None))
-        if stamp is None or _stamp(path, version) != stamp:
-            return False
+    def _brought_up_to_date(self, table: DeltaTable, path: Path) -> Stamp:
+        """Brings `table` up to date and returns its newest commit file's stamp; None when the
+        table it read was deleted or replaced, or cannot be read: then it is opened afresh. A
+        handle does not notice a table removed under it by itself, and committing from it would
+        write into a gap of the new table's log. Replaced is told by the commit file the handle
+        was last seen at: gone, or another file (a table deleted and written again up to that
+        version number: the handle then read no new commit and served the old table's files)."""
+        seen = self._seen.get(str(path))
+        if seen is None or seen[1] is None or _stamp(path, seen[0]) != seen[1]:
+            return None
         try:
             table.update_incremental()
         except Exception as exc:
             log.debug("delta table %s: kept handle unusable (%s), reopening", path, exc)
-            return False
-        return _stamp(path, table.version()) is not None
+            return None
+        return _stamp(path, table.version())
 
 
 # A commit file's inode, modification time (ns) and size: another file under the same name

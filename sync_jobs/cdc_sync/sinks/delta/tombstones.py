@@ -106,14 +106,15 @@ class TombstoneStore:
         """The kept rows with `appended`, when this append is the only commit since they were
         read; otherwise they are read again at the next batch."""
         kept = self._recorded.get(key)
-        if kept is None or (kept.table_id, kept.version) != (str(table.metadata().id), before):
+        table_id, version = _identity(table)
+        if kept is None or (kept.table_id, kept.version) != (table_id, before):
             return
-        if table.version() != before + 1:  # another writer committed in between
+        if version != before + 1:  # another writer committed in between
             return
         rows = pa.concat_tables([kept.rows, _kept_rows(appended)])
         if rows[TOMBSTONE_ID].num_chunks > KEPT_CHUNKS:
             rows = rows.combine_chunks()
-        self._recorded[key] = _Recorded(kept.table_id, table.version(), rows)
+        self._recorded[key] = _Recorded(table_id, version, rows)
 
     def _maybe_compact(self, route: DeltaRoute) -> None:
         """Bin-pack the tombstone table's small files every `compact_every_writes` writes (the
@@ -169,7 +170,7 @@ class TombstoneStore:
         """The table's rows (id, version), kept while the table and its version are the ones
         read (plus this store's own appends). The table is small (pruned after the retention):
         filtered in memory, where delta-rs' string_view ids compare fine as plain strings."""
-        identity = (str(table.metadata().id), table.version())
+        identity = _identity(table)
         kept = self._recorded.get(key)
         if kept is not None and (kept.table_id, kept.version) == identity:
             return kept.rows
@@ -198,6 +199,12 @@ class TombstoneStore:
         stamp = cutoff.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
         metrics = table.delete(f"{datafusion_quote(TOMBSTONE_DELETED_AT)} < '{stamp}'")
         return int(metrics.get("num_deleted_rows", 0))
+
+
+def _identity(table: DeltaTable) -> tuple[str, int]:
+    """Which table and commit a handle holds: its metadata id (a table replaced under its path
+    has another) and version."""
+    return str(table.metadata().id), table.version()
 
 
 def _kept_rows(stones: pa.Table) -> pa.Table:
