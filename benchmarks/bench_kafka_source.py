@@ -117,9 +117,8 @@ def load_topic(bootstrap: str, flavor: str, topic: str, records: int) -> None:
     admin = AdminClient(admin_config(bootstrap))
     for future in admin.create_topics([NewTopic(topic, PARTITIONS, 1)]).values():
         future.result(timeout=30)
-    producer = Producer(
-        producer_config(bootstrap, flavor, **{"queue.buffering.max.messages": 500_000})
-    )
+    queue: dict[str, Any] = {"queue.buffering.max.messages": 500_000}
+    producer = Producer(producer_config(bootstrap, flavor, **queue))
     payload = os.urandom(VALUE_BYTES)
     for i in range(records):
         producer.produce(topic, key=b"key-%08d" % i, value=payload, partition=i % PARTITIONS)

@@ -119,9 +119,8 @@ def main() -> None:
         bootstrap = broker.url.split("//")[-1]
         admin = AdminClient(admin_config(bootstrap))
         admin.create_topics([NewTopic(TOPIC, 1, 1)])[TOPIC].result(30)
-        producer = Producer(
-            producer_config(bootstrap, args.broker, **{"queue.buffering.max.messages": 10**6})
-        )
+        queue: dict[str, Any] = {"queue.buffering.max.messages": 10**6}
+        producer = Producer(producer_config(bootstrap, args.broker, **queue))
         for number in range(args.records):
             producer.produce(TOPIC, key=b"k%d" % number, value=PAYLOAD)
             if number % 1000 == 0:

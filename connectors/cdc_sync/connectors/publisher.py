@@ -6,6 +6,11 @@ slow broker is waited for: each record ends delivered or failed by the producer'
 timeout (librdkafka's `message.timeout.ms`, 5 minutes unless set), and only a failure ends the
 capture. (Giving up after a fixed minute instead ended a 550,000-row snapshot on a busy broker
 stand-in, whose acknowledgements lagged: the snapshot starts over from its first row.)
+
+On the Tansu stand-in, whose ListOffsets(LATEST) answers the last produce batch's first offset
++ 1, the records go in batches (one record a request cut its produce rate ~30x), and each
+partition's last record of a publish goes alone, after the rest is acknowledged: once a publish
+returns, every partition's end offset is exact again (mid-publish it may lag, never lead).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from cdc_sync.connectors.partitioner import partition_for
 from cdc_sync.core.kafka_clients import admin_config, producer_config
 
 log = logging.getLogger(__name__)
@@ -33,6 +39,8 @@ REPORT_SECONDS = 60.0
 WAIT_SLICE_SECONDS = 0.5
 # librdkafka's default `message.timeout.ms`: every record has a delivery report by then.
 DEFAULT_DELIVERY_TIMEOUT_MS = 300_000
+# How long a topic's partition count is trusted (the Java producer's `metadata.max.age.ms`).
+PARTITION_COUNT_SECONDS = 300.0
 
 
 @dataclass(frozen=True)
@@ -87,9 +95,11 @@ class KafkaPublisher:
         how long a record may wait for the broker before it fails)."""
         # murmur2 is the Java client's partitioner: the same key lands on the same partition
         # as with Kafka Connect, whatever created the topic.
+        self.last_records_alone = flavor == "tansu"
         config = producer_config(
             bootstrap,
             flavor,
+            single_record_batches=not self.last_records_alone,
             **{"partitioner": "murmur2_random", "acks": "all", **producer_settings},
         )
         self.producer = Producer(config)
@@ -101,18 +111,57 @@ class KafkaPublisher:
         self.bootstrap = bootstrap
         self.topics = topics
         self.known_topics: set[str] = set()
+        self._partition_counts: dict[str, tuple[int, float]] = {}
         self.published = 0
 
     def publish_batch(self, records: Sequence[Record]) -> None:
         self._ensure_topics({r.topic for r in records})
+        if not self.last_records_alone:
+            self._deliver([(record, None) for record in records])
+        else:
+            body, last = self._split_last_records(records)
+            self._deliver(body)
+            self._deliver(last)  # one record per partition: each its own produce batch
+        self.published += len(records)
+
+    def _split_last_records(
+        self, records: Sequence[Record]
+    ) -> tuple[list[tuple[Record, int]], list[tuple[Record, int]]]:
+        """The records with their partitions, less each partition's last record; and those."""
+        placed = [(record, self._partition(record)) for record in records]
+        last_at: dict[tuple[str, int], int] = {}
+        for position, (record, partition) in enumerate(placed):
+            last_at[(record.topic, partition)] = position
+        last_positions = set(last_at.values())
+        body = [pair for position, pair in enumerate(placed) if position not in last_positions]
+        return body, [placed[position] for position in sorted(last_positions)]
+
+    def _partition(self, record: Record) -> int:
+        key = record_key(record)
+        return 0 if key is None else partition_for(key, self._partition_count(record.topic))
+
+    def _partition_count(self, topic: str) -> int:
+        known = self._partition_counts.get(topic)
+        now = time.monotonic()
+        if known is not None and now - known[1] < PARTITION_COUNT_SECONDS:
+            return known[0]
+        metadata = self.producer.list_topics(topic, timeout=30).topics[topic]
+        if metadata.error is not None:
+            raise PublishError(f"no partitions known for topic {topic}: {metadata.error}")
+        self._partition_counts[topic] = (len(metadata.partitions), now)
+        return len(metadata.partitions)
+
+    def _deliver(self, records: Sequence[tuple[Record, int | None]]) -> None:
+        """Produce `records` (each with its partition, None: the producer's choice) and return
+        once every one is acknowledged."""
         errors: list[KafkaError] = []
 
         def on_delivery(err: KafkaError | None, _message: Any) -> None:
             if err is not None:
                 errors.append(err)
 
-        for record in records:
-            self._produce(record, on_delivery)
+        for record, partition in records:
+            self._produce(record, partition, on_delivery)
         started = reported = time.monotonic()
         while (remaining := self.producer.flush(WAIT_SLICE_SECONDS)) and not errors:
             now = time.monotonic()
@@ -132,15 +181,23 @@ class KafkaPublisher:
                 f"{len(errors)} records failed, {remaining} unacknowledged after "
                 f"{time.monotonic() - started:.0f}s: {errors[:1]}"
             )
-        self.published += len(records)
 
-    def _produce(self, record: Record, on_delivery: Any) -> None:
+    def _produce(self, record: Record, partition: int | None, on_delivery: Any) -> None:
         key = record_key(record)
         while True:
             try:
-                self.producer.produce(
-                    record.topic, key=key, value=record.value, on_delivery=on_delivery
-                )
+                if partition is None:
+                    self.producer.produce(
+                        record.topic, key=key, value=record.value, on_delivery=on_delivery
+                    )
+                else:
+                    self.producer.produce(
+                        record.topic,
+                        key=key,
+                        value=record.value,
+                        partition=partition,
+                        on_delivery=on_delivery,
+                    )
                 return
             except BufferError:  # local queue full: let deliveries drain, then retry
                 self.producer.poll(0.5)
