@@ -41,6 +41,7 @@ WAIT_SLICE_SECONDS = 0.5
 DEFAULT_DELIVERY_TIMEOUT_MS = 300_000
 # How long a topic's partition count is trusted (the Java producer's `metadata.max.age.ms`).
 PARTITION_COUNT_SECONDS = 300.0
+METADATA_SECONDS = 30.0
 
 
 @dataclass(frozen=True)
@@ -145,11 +146,18 @@ class KafkaPublisher:
         now = time.monotonic()
         if known is not None and now - known[1] < PARTITION_COUNT_SECONDS:
             return known[0]
-        metadata = self.producer.list_topics(topic, timeout=30).topics[topic]
-        if metadata.error is not None:
-            raise PublishError(f"no partitions known for topic {topic}: {metadata.error}")
-        self._partition_counts[topic] = (len(metadata.partitions), now)
-        return len(metadata.partitions)
+        deadline = now + METADATA_SECONDS
+        while True:  # a topic created a moment ago may not have its partitions listed yet
+            metadata = self.producer.list_topics(topic, timeout=METADATA_SECONDS).topics[topic]
+            if metadata.error is None and metadata.partitions:
+                self._partition_counts[topic] = (len(metadata.partitions), now)
+                return len(metadata.partitions)
+            if time.monotonic() > deadline:
+                raise PublishError(
+                    f"no partitions known for topic {topic} after {METADATA_SECONDS:.0f}s: "
+                    f"{metadata.error}"
+                )
+            time.sleep(0.2)
 
     def _deliver(self, records: Sequence[tuple[Record, int | None]]) -> None:
         """Produce `records` (each with its partition, None: the producer's choice) and return
