@@ -6,6 +6,7 @@ phase's cost of the same workload (e2ebench/pgload.py), so the JSON keeps what w
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -181,8 +182,29 @@ def _bounds(result: dict[str, Any]) -> list[str]:
     ]
 
 
+def build_cpu(result: dict[str, Any]) -> str | None:
+    """Each system's initial build in CPU seconds of every process it ran (the job's parts are
+    inside its figure, not added again): how many of the machine's cores it kept busy, and how
+    long the same CPU seconds take with every part overlapped. Not a bound on any system: what
+    its way of building costs this machine, beside its wall time."""
+    found = re.search(r"(\d+) cores", str(result.get("machine", "")))
+    cores = int(found.group(1)) if found else None
+    parts = []
+    for name, phase in result["systems"].items():
+        build = (phase or {}).get("initial_build") or {}
+        cpu, seconds = build.get("cpu_seconds") or {}, build.get("seconds")
+        if not cpu or not seconds:
+            continue
+        total = sum(value for process, value in cpu.items() if ":" not in process)
+        text = f"{name} {total:.1f} CPU s in {seconds:.1f} s ({total / seconds:.2f} cores"
+        if cores:
+            text += f" of {cores}; all of it overlapped needs >= {total / cores:.1f} s"
+        parts.append(text + ")")
+    return "- initial build, CPU: " + "; ".join(parts) if parts else None
+
+
 def _notes(result: dict[str, Any]) -> list[str]:
-    notes = []
+    notes = [line] if (line := build_cpu(result)) else []
     for name, phase in result["systems"].items():
         build = phase.get("initial_build") or {}
         if build and build.get("documents") != build.get("roots"):

@@ -18,7 +18,7 @@ from cdc_sync.relations import Through
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from e2ebench import pgsync
 from e2ebench.docprobe import Target, kind_summary, probe_targets, probe_value, reserved
-from e2ebench.docreport import PGSYNC_LIMITS, compare, render
+from e2ebench.docreport import PGSYNC_LIMITS, build_cpu, compare, render
 from e2ebench.documents import CHILD_OPERATIONS, CHILD_WEIGHTS, DOCUMENT, delete_line, insert_line
 from e2ebench.pgload import delta, sync_share, unit_costs
 from e2ebench.sampler import Probe
@@ -198,4 +198,30 @@ def test_comparison_ratios_are_cdc_sync_over_pgsync_and_name_pgsyncs_limits() ->
     # 160 documents for 20 changes followed: 8 a change, 160/s needed at 20/s, 100/s raw.
     assert "20 changes/s needs 160 documents/s (8.0 a change), the server rewrites these " in (
         render(result)
+    )
+
+
+def test_the_builds_cpu_counts_each_process_once_against_the_machines_cores() -> None:
+    def build(seconds: float, cpu: dict[str, float]) -> dict[str, Any]:
+        return {"initial_build": {"seconds": seconds, "cpu_seconds": cpu}}
+
+    result: dict[str, Any] = {
+        "machine": "vm, 2 cores, load 0.2",
+        "systems": {
+            "pgsync": build(100.0, {"pgsync": 10.0, "postgres": 5.0, "search": 105.0}),
+            "cdc-sync": build(
+                200.0, {"job": 60.0, "job: spark jvm": 30.0, "capture": 40.0, "search": 100.0}
+            ),
+            "baseline": None,
+        },
+    }
+    assert build_cpu(result) == (
+        "- initial build, CPU: pgsync 120.0 CPU s in 100.0 s (1.20 cores of 2; all of it "
+        "overlapped needs >= 60.0 s); cdc-sync 200.0 CPU s in 200.0 s (1.00 cores of 2; all "
+        "of it overlapped needs >= 100.0 s)"
+    )
+    result["machine"] = "test"
+    assert build_cpu(result) == (
+        "- initial build, CPU: pgsync 120.0 CPU s in 100.0 s (1.20 cores); cdc-sync 200.0 CPU s "
+        "in 200.0 s (1.00 cores)"
     )
