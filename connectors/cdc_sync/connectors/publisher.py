@@ -42,6 +42,8 @@ DEFAULT_DELIVERY_TIMEOUT_MS = 300_000
 # How long a topic's partition count is trusted (the Java producer's `metadata.max.age.ms`).
 PARTITION_COUNT_SECONDS = 300.0
 METADATA_SECONDS = 30.0
+# confluent-kafka's own default for `produce(partition=...)`: the producer's partitioner chooses.
+ANY_PARTITION = -1
 
 
 @dataclass(frozen=True)
@@ -118,7 +120,7 @@ class KafkaPublisher:
     def publish_batch(self, records: Sequence[Record]) -> None:
         self._ensure_topics({r.topic for r in records})
         if not self.last_records_alone:
-            self._deliver([(record, None) for record in records])
+            self._deliver([(record, ANY_PARTITION) for record in records])
         else:
             body, last = self._split_last_records(records)
             self._deliver(body)
@@ -159,9 +161,9 @@ class KafkaPublisher:
                 )
             time.sleep(0.2)
 
-    def _deliver(self, records: Sequence[tuple[Record, int | None]]) -> None:
-        """Produce `records` (each with its partition, None: the producer's choice) and return
-        once every one is acknowledged."""
+    def _deliver(self, records: Sequence[tuple[Record, int]]) -> None:
+        """Produce `records` (each with its partition, `ANY_PARTITION`: the producer's choice)
+        and return once every one is acknowledged."""
         errors: list[KafkaError] = []
 
         def on_delivery(err: KafkaError | None, _message: Any) -> None:
@@ -190,22 +192,17 @@ class KafkaPublisher:
                 f"{time.monotonic() - started:.0f}s: {errors[:1]}"
             )
 
-    def _produce(self, record: Record, partition: int | None, on_delivery: Any) -> None:
+    def _produce(self, record: Record, partition: int, on_delivery: Any) -> None:
         key = record_key(record)
         while True:
             try:
-                if partition is None:
-                    self.producer.produce(
-                        record.topic, key=key, value=record.value, on_delivery=on_delivery
-                    )
-                else:
-                    self.producer.produce(
-                        record.topic,
-                        key=key,
-                        value=record.value,
-                        partition=partition,
-                        on_delivery=on_delivery,
-                    )
+                self.producer.produce(
+                    record.topic,
+                    key=key,
+                    value=record.value,
+                    partition=partition,
+                    on_delivery=on_delivery,
+                )
                 return
             except BufferError:  # local queue full: let deliveries drain, then retry
                 self.producer.poll(0.5)
