@@ -103,6 +103,7 @@ def job_options(args: argparse.Namespace, defaults: JobOptions) -> JobOptions:
             if args.consumers
             else None
         ),
+        document_bulks_in_flight=_given(args.document_bulks, defaults.document_bulks_in_flight),
     )
 
 
@@ -566,6 +567,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="micro-batches of at most N records are decoded and written by the driver alone, "
         "skipping two Spark jobs' fixed cost (freshness); larger ones run on the executors "
         "(default: JobOptions.driver_batch_max_records; 0 = every batch on the executors)",
+    )
+    run.add_argument(
+        "--document-bulks",
+        type=_positive_int,
+        metavar="N",
+        help="a document consumer sends up to N bulk requests at once, rendering the next "
+        "documents meanwhile (default: JobOptions.document_bulks_in_flight)",
     )
     run.add_argument(
         "--no-fail-on-data-loss",

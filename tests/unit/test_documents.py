@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 import textwrap
+import threading
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,7 @@ from hypothesis import strategies as st
 from cdc_sync.core.errors import ConfigError
 from cdc_sync.core.model import Change, Coordinates, Op, TableId, Truncate, document_id
 from cdc_sync.core.types import Column, ColumnType, RowSchema, TypeKind
+from cdc_sync.documents import sync as document_sync
 from cdc_sync.documents.comparisons import Comparisons, schema_types
 from cdc_sync.documents.render import render
 from cdc_sync.documents.rows import Row
@@ -242,18 +245,44 @@ def folded(changes: Sequence[Change]) -> dict[TableId, list[Change]]:
 @settings(
     max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(steps=STEPS, cut=st.integers(1, 7), replay=st.booleans(), chunk=st.integers(1, 3))
+@given(
+    steps=STEPS,
+    cut=st.integers(1, 7),
+    replay=st.booleans(),
+    chunk=st.integers(1, 3),
+    bulk=st.integers(1, 4),
+    in_flight=st.integers(1, 3),
+)
 def test_documents_equal_the_join_of_the_final_rows(
     tmp_path_factory: pytest.TempPathFactory,
     steps: list[tuple[tuple[str, dict[str, Any]], bool]],
     cut: int,
     replay: bool,
     chunk: int,
+    bulk: int,
+    in_flight: int,
 ) -> None:
     directory = tmp_path_factory.mktemp("docs")
     mapping = load(directory)
     index = MemoryIndex()
-    sync = DocumentSync(mapping, directory / "state.sqlite", index, chunk=chunk)
+    with pytest.MonkeyPatch.context() as patch:  # bulks of `bulk` documents, several at once
+        patch.setattr(document_sync, "BULK_CHUNK", bulk)
+        check_documents(mapping, directory, index, steps, cut, replay, chunk, in_flight)
+
+
+def check_documents(
+    mapping: MappingFile,
+    directory: Path,
+    index: MemoryIndex,
+    steps: list[tuple[tuple[str, dict[str, Any]], bool]],
+    cut: int,
+    replay: bool,
+    chunk: int,
+    in_flight: int,
+) -> None:
+    sync = DocumentSync(
+        mapping, directory / "state.sqlite", index, chunk=chunk, bulks_in_flight=in_flight
+    )
     sync.ensure_targets(SCHEMAS_BY_TABLE)
     tables = Tables(mapping.documents["orders"])
     log = []
@@ -608,3 +637,96 @@ def test_rendered_chunks_are_written_in_bulks_as_large_as_the_sinks(tmp_path: Pa
     ]
     sync.apply([], folded(orders))
     assert [sorted(bulk) for bulk in index.bulks] == [["1", "2", "3", "4", "5"]]
+
+
+class SlowIndex(MemoryIndex):
+    """Each bulk takes longer than the one before and counts how many run at once; `failing`:
+    the bulk (by number, from 1) that fails at once."""
+
+    def __init__(self, failing: int | None = None) -> None:
+        super().__init__()
+        self.lock = threading.Lock()
+        self.running = self.most = self.calls = 0
+        self.failing = failing
+
+    def write_documents(self, alias: str, actions: Sequence[BulkAction]) -> WriteResult:
+        with self.lock:
+            self.calls += 1
+            number = self.calls
+            self.running += 1
+            self.most = max(self.most, self.running)
+        try:
+            if number == self.failing:
+                raise ConnectionError("the search server went away")
+            time.sleep(0.03 * number)
+            return super().write_documents(alias, actions)
+        finally:
+            with self.lock:
+                self.running -= 1
+
+
+def many_orders(count: int) -> dict[TableId, list[Change]]:
+    return folded(
+        [
+            change("orders", {"id": n, "customer_id": 1, "status": "new"}, False, 10)
+            for n in range(1, count + 1)
+        ]
+    )
+
+
+@pytest.mark.parametrize("in_flight", [1, 2, 3])
+def test_bulks_go_out_side_by_side_up_to_their_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, in_flight: int
+) -> None:
+    """Rendering goes on while bulks are written, `bulks_in_flight` of them at once, never more;
+    every document arrives."""
+    monkeypatch.setattr(document_sync, "BULK_CHUNK", 2)
+    mapping = load(tmp_path)
+    index = SlowIndex()
+    sync = DocumentSync(mapping, tmp_path / "s.sqlite", index, chunk=1, bulks_in_flight=in_flight)
+    sync.ensure_targets(SCHEMAS_BY_TABLE)
+    sync.apply([], many_orders(12))
+    assert index.calls == 6
+    assert index.most == in_flight
+    assert sorted(index.docs, key=int) == [str(n) for n in range(1, 13)]
+    sync.close()
+
+
+def test_a_failed_bulk_leaves_none_writing_and_every_root_pending(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bulk that fails fails the step only once no other bulk is still writing (nothing of the
+    step lands after it has failed), and the roots stay pending: the batch run again writes
+    every document."""
+    monkeypatch.setattr(document_sync, "BULK_CHUNK", 2)
+    mapping = load(tmp_path)
+    index = SlowIndex(failing=2)
+    sync = DocumentSync(mapping, tmp_path / "s.sqlite", index, chunk=1, bulks_in_flight=3)
+    sync.ensure_targets(SCHEMAS_BY_TABLE)
+    batch = many_orders(12)
+    with pytest.raises(ConnectionError, match="went away"):
+        sync.apply([], batch)
+    assert index.running == 0
+    index.failing = None
+    sync.apply([], batch)  # the batch again, as Spark re-runs a failed one
+    assert sorted(index.docs, key=int) == [str(n) for n in range(1, 13)]
+    sync.close()
+
+
+def test_bulks_in_flight_below_one_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="bulks_in_flight must be at least 1, got 0"):
+        DocumentSync(load(tmp_path), tmp_path / "s.sqlite", MemoryIndex(), bulks_in_flight=0)
+
+
+def test_run_takes_document_bulks(tmp_path: Path) -> None:
+    from cdc_sync.cli import build_parser, job_options
+    from cdc_sync.job.runner import JobOptions
+
+    defaults = JobOptions(checkpoint_dir=tmp_path, warehouse=tmp_path)
+    parser = build_parser()
+    args = parser.parse_args(["run", "--mapping", "m.yaml", "--document-bulks", "4"])
+    assert job_options(args, defaults).document_bulks_in_flight == 4
+    args = parser.parse_args(["run", "--mapping", "m.yaml"])
+    assert job_options(args, defaults).document_bulks_in_flight == document_sync.BULKS_IN_FLIGHT
+    with pytest.raises(SystemExit):
+        parser.parse_args(["run", "--mapping", "m.yaml", "--document-bulks", "0"])

@@ -11,9 +11,16 @@ Postgres (`cdc_sync.verify`).
 
 from cdc_sync.documents.checkpoint import state_fits_checkpoint
 from cdc_sync.documents.state import remove_state
-from cdc_sync.documents.sync import DOCUMENTS_DEFERRED, DocumentResult, DocumentSync, StateMisfit
+from cdc_sync.documents.sync import (
+    BULKS_IN_FLIGHT,
+    DOCUMENTS_DEFERRED,
+    DocumentResult,
+    DocumentSync,
+    StateMisfit,
+)
 
 __all__ = [
+    "BULKS_IN_FLIGHT",
     "DOCUMENTS_DEFERRED",
     "DocumentResult",
     "DocumentSync",

@@ -4,7 +4,8 @@ Per batch, in one state transaction: each TRUNCATE of a document table and each 
 changes to them (full rows, filled) are merged into the state, and the roots they touch
 (`fanout`) are marked pending. Then each document's pending roots are rendered from the state in
 chunks of `chunk` roots (`render`: one lookup per relation and chunk) and written to the search
-server with one bulk request per chunk, all at the documents' version: the highest change version
+server in bulks of up to `BULK_CHUNK` documents, `bulks_in_flight` of them at once while the
+next are rendered, all at the documents' version: the highest change version
 applied so far, so a later render (from a newer state) always overwrites an earlier one and
 never the reverse (`external_gte`). The source database serves none of it.
 
@@ -14,8 +15,9 @@ beside an index it did not write (a new checkpoint replaying the topics): reader
 index while the replay fills the new one, and the alias moves at the first batch that ends the
 backlog. A state that does not belong to its checkpoint is refused (`documents.checkpoint`).
 
-Memory: a chunk's roots with their nested rows, plus the batch's changed rows and the ids of the
-roots they reach (the pending roots themselves wait in the state, not in memory).
+Memory: a chunk's roots with their nested rows, the bulks in flight (`BULK_CHUNK` documents
+each), the batch's changed rows and the ids of the roots they reach (the pending roots
+themselves wait in the state, not in memory).
 """
 
 from __future__ import annotations
@@ -24,7 +26,9 @@ import hashlib
 import json
 import logging
 import time
+from collections import deque
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -66,6 +70,9 @@ STATE_FILE = "state.sqlite"  # in the document consumer's checkpoint (job.consum
 # (job.write.table_writes).
 DOCUMENTS_DEFERRED = "documents"
 CHUNK = 1000  # roots rendered at once (memory); their writes are gathered into larger bulks
+# Bulks written while the next are rendered: the server indexes one while the driver renders
+# (and serializes) the next, and a server with cores to spare indexes two at once.
+BULKS_IN_FLIGHT = 2
 
 
 class DocumentWriter(Protocol):
@@ -111,6 +118,7 @@ class DocumentSync:
         *,
         names: Collection[str] | None = None,
         checkpoint: Path | None = None,
+        bulks_in_flight: int = BULKS_IN_FLIGHT,
     ) -> None:
         """`full_batch`: records a batch holds at most (the source's maxOffsetsPerTrigger): a
         full batch of snapshot rows has more behind it, so its roots wait for the batch that
@@ -118,7 +126,10 @@ class DocumentSync:
         table and batch that reaches it); a build behind the alias ends at the first batch that
         is not full. `names`: the documents this instance keeps (default: every one), each
         instance with its own state file. `checkpoint`: the streaming query's checkpoint the
-        state belongs to (`ensure_targets` refuses a state that does not)."""
+        state belongs to (`ensure_targets` refuses a state that does not). `bulks_in_flight`:
+        bulk requests sent and not yet answered at most (at least 1)."""
+        if bulks_in_flight < 1:
+            raise ValueError(f"bulks_in_flight must be at least 1, got {bulks_in_flight}")
         self.full_batch = full_batch
         self.mapping = mapping
         self.specs = _chosen(mapping, names)
@@ -127,6 +138,9 @@ class DocumentSync:
         self.chunk = chunk
         self.checkpoint = checkpoint
         self.tables = frozenset(t for spec in self.specs.values() for t in spec.tables())
+        self.bulks_in_flight = bulks_in_flight
+        # The bulks' threads only call the search server; the state stays on the caller's.
+        self._bulks = ThreadPoolExecutor(bulks_in_flight, thread_name_prefix="document-bulk")
 
     @classmethod
     def beside_checkpoint(
@@ -136,6 +150,7 @@ class DocumentSync:
         search: DocumentWriter,
         full_batch: int | None = None,
         names: Collection[str] | None = None,
+        bulks_in_flight: int = BULKS_IN_FLIGHT,
     ) -> DocumentSync:
         """The state in `<checkpoint>/state.sqlite`, refused at start unless it belongs to that
         checkpoint."""
@@ -146,6 +161,7 @@ class DocumentSync:
             full_batch=full_batch,
             names=names,
             checkpoint=checkpoint,
+            bulks_in_flight=bulks_in_flight,
         )
 
     def ensure_targets(
@@ -277,6 +293,7 @@ class DocumentSync:
         return result
 
     def close(self) -> None:
+        self._bulks.shutdown(wait=True)
         self.state.close()
 
     def _merge(
@@ -366,19 +383,43 @@ class DocumentSync:
         self, name: str, target: str, chunks: Iterable[Sequence[BulkAction]]
     ) -> tuple[WriteResult, int]:
         """The rendered chunks' actions, written in bulks as large as the search sink's
-        (`BULK_CHUNK`), leaving out documents the index already holds as rendered: what was
-        written, and how many actions were sent. (Writes of 1,000 documents a bulk, the render
-        chunk, left the local search server re-indexing for a minute and more afterwards, while
-        bulks of 2,000 or more did not: benchmarks/probe_document_pattern.py.)"""
+        (`BULK_CHUNK`), `bulks_in_flight` at once while the next chunks render, leaving out
+        documents the index already holds as rendered: what was written, and how many actions
+        were sent. Each root is in one chunk of a step, so bulks in flight together never hold
+        the same document. No bulk is left writing when this returns or raises. (Writes of
+        1,000 documents a bulk, the render chunk, left the local search server re-indexing for a
+        minute and more afterwards, while bulks of 2,000 or more did not:
+        benchmarks/probe_document_pattern.py.)"""
         result, sent, gathered = WriteResult(), 0, list[tuple[BulkAction, bytes | None]]()
-        for actions in chunks:
-            gathered += self._changed(name, actions)
-            if len(gathered) >= BULK_CHUNK:
-                result = result.merge(self._send(name, target, gathered))
-                sent, gathered = sent + len(gathered), []
-        if gathered:
-            result = result.merge(self._send(name, target, gathered))
-            sent += len(gathered)
+        in_flight: deque[tuple[Future[WriteResult], list[tuple[BulkAction, bytes | None]]]]
+        in_flight = deque()
+
+        def settle_oldest() -> None:
+            nonlocal result
+            future, bulk = in_flight.popleft()
+            result = result.merge(self._record(name, bulk, future.result()))
+
+        def send(bulk: list[tuple[BulkAction, bytes | None]]) -> None:
+            nonlocal sent
+            while len(in_flight) >= self.bulks_in_flight:
+                settle_oldest()
+            actions = [action for action, _ in bulk]
+            future = self._bulks.submit(self.search.write_documents, target, actions)
+            in_flight.append((future, bulk))
+            sent += len(bulk)
+
+        try:
+            for actions in chunks:
+                gathered += self._changed(name, actions)
+                if len(gathered) >= BULK_CHUNK:
+                    send(gathered)
+                    gathered = []
+            if gathered:
+                send(gathered)
+            while in_flight:
+                settle_oldest()
+        finally:
+            wait([future for future, _ in in_flight])  # after an error: none still writing
         return result, sent
 
     def _changed(
@@ -394,12 +435,14 @@ class DocumentSync:
             if action.document is None or held.get(action.doc_id) != digests[action.doc_id]
         ]
 
-    def _send(
-        self, name: str, target: str, gathered: Sequence[tuple[BulkAction, bytes | None]]
+    def _record(
+        self,
+        name: str,
+        gathered: Sequence[tuple[BulkAction, bytes | None]],
+        written: WriteResult,
     ) -> WriteResult:
-        """One bulk; then the state records what the index now holds. A write fenced by a
-        newer document (one repair wrote, say) leaves its digest unknown: rendered again."""
-        written = self.search.write_documents(target, [action for action, _ in gathered])
+        """The state records what the index holds after one bulk. A write fenced by a newer
+        document (one repair wrote, say) leaves its digest unknown: rendered again."""
         refused = {failure.change.doc_id for failure in written.failures}
         kept = {
             action.doc_id: digest

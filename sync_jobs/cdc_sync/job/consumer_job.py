@@ -226,7 +226,11 @@ class ConsumerJob:
         self.document_writer = document_writer(consumer, connections, retry)
         self.documents = (
             DocumentSync.beside_checkpoint(
-                mapping, checkpoint, self.document_writer, options.max_offsets_per_trigger
+                mapping,
+                checkpoint,
+                self.document_writer,
+                options.max_offsets_per_trigger,
+                bulks_in_flight=options.document_bulks_in_flight,
             )
             if self.document_writer is not None
             else None

@@ -12,6 +12,7 @@ from cdc_sync.core.retry import (
     RetryPolicy,
 )
 from cdc_sync.core.settings import Connections, state_dir
+from cdc_sync.documents import BULKS_IN_FLIGHT
 from cdc_sync.job.observe.checkpoint import default_checkpoint_dir
 from cdc_sync.job.observe.metrics_export import DEFAULT_METRICS_HOST, DEFAULT_PROBE_SECONDS
 from cdc_sync.mapping import MappingFile
@@ -59,6 +60,8 @@ class JobOptions:
     driver_batch_max_records: int = DEFAULT_DRIVER_BATCH_MAX_RECORDS
     # The consumers this application runs (job.consumers); None: every one the mapping needs.
     consumers: frozenset[str] | None = None
+    # A document consumer's bulk requests sent and not yet answered, at most (documents.sync).
+    document_bulks_in_flight: int = BULKS_IN_FLIGHT
 
     def sink_retry(self, observer: RetryObserver | None = None) -> RetryPolicy:
         """The retry policy every sink writes under, reporting to `observer`."""
