@@ -48,6 +48,7 @@ from cdc_sync.job.settle.applier import BatchApplier, BatchObserver
 from cdc_sync.job.settle.dead_letter import DeadLetterLedger, DeadLetterWriter
 from cdc_sync.job.settle.schema_store import FileSchemaStore
 from cdc_sync.job.settle.truncates import FileTruncateFences, TruncateFences
+from cdc_sync.job.stopping import raise_for_spark
 from cdc_sync.job.stream import MicroBatchProcessor
 from cdc_sync.job.write.generated import GeneratedColumns
 from cdc_sync.job.write.health import SinkHealth
@@ -341,7 +342,7 @@ class ConsumerJob:
             self._apply(batch, batch_id)
         except BaseException as exc:
             self.failure = exc
-            raise
+            raise_for_spark(exc, batch_id, self.query)
         self.failure = None
 
     def _apply(self, batch: DataFrame, batch_id: int) -> None:
