@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shutil
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,11 +78,48 @@ def running_adversarial(
         workload.close()
 
 
+# The suite's one Spark JVM runs every e2e job one after the other (~25 min): twice Spark's
+# default heap, and its output in a file whose end a failure shows (a JVM that ended left only
+# py4j's "Answer from Java side is empty" in the tests' output).
+SPARK_DRIVER_MEMORY = "2g"
+SPARK_LOG_TAIL_BYTES = 6000
+_spark_log: list[Path] = []
+
+
 @pytest.fixture(scope="session")
-def spark() -> Iterator[SparkSession]:
-    session = build_spark("cdc-sync-e2e")
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
+    log = tmp_path_factory.getbasetemp() / "spark-jvm.log"
+    _spark_log.append(log)
+    session = build_spark("cdc-sync-e2e", jvm_log=log, driver_memory=SPARK_DRIVER_MEMORY)
     yield session
-    session.stop()
+    try:
+        session.stop()
+    except Exception as error:
+        raise RuntimeError(f"the e2e Spark JVM is gone; {spark_log_tail()}") from error
+    # Every e2e job's stops ran in this JVM: none may have cut a stream thread short
+    # (cdc_sync.job.stopping).
+    overflows = log.read_text(errors="replace").count("StackOverflowError") if log.exists() else 0
+    assert overflows == 0, f"{overflows} StackOverflowError(s) in the e2e Spark JVM's log {log}"
+
+
+def spark_log_tail() -> str:
+    if not _spark_log or not _spark_log[0].exists():
+        return "no JVM log was written"
+    with _spark_log[0].open("rb") as file:
+        file.seek(max(0, file.seek(0, 2) - SPARK_LOG_TAIL_BYTES))
+        return f"the end of its log {_spark_log[0]}:\n{file.read().decode(errors='replace')}"
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """A test that failed on a Spark JVM that is gone shows the end of the JVM's log."""
+    report = yield
+    gone = ("Answer from Java side is empty", "Py4JNetworkError", "ConnectionRefusedError")
+    if report.failed and any(text in str(report.longrepr) for text in gone):
+        report.sections.append(("Spark JVM log", spark_log_tail()))
+    return report
 
 
 @contextmanager

@@ -1,4 +1,5 @@
-"""Spark's JVM output (start-up notices, log4j WARN lines) goes to the log file, not the console.
+"""Spark's JVM output (start-up notices, log4j WARN lines) goes to the log file, not the console;
+the driver's heap is the one asked for.
 
 Runs in a fresh interpreter: the JVM's output is decided when the JVM starts, once per process.
 """
@@ -17,16 +18,20 @@ SCRIPT = """
 import sys
 from pathlib import Path
 from cdc_sync.job.spark_session import build_spark
-spark = build_spark("console-test", jvm_log=Path(sys.argv[1]))
+spark = build_spark("console-test", jvm_log=Path(sys.argv[1]), driver_memory=sys.argv[2])
 spark.sparkContext._jvm.org.apache.logging.log4j.LogManager.getLogger("cdc-sync-test").warn("jvm-warning")
 print(spark.range(3).count())
+print(spark.sparkContext._jvm.java.lang.Runtime.getRuntime().maxMemory() // 2**20)
 spark.stop()
 """
 
 
-def _run(jvm_log: str) -> subprocess.CompletedProcess[str]:
+def _run(jvm_log: str, driver_memory: str = "1g") -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-c", SCRIPT, jvm_log], capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", SCRIPT, jvm_log, driver_memory],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
 
 
@@ -34,6 +39,13 @@ def test_jvm_output_goes_to_the_log_file_and_stays_off_the_console(tmp_path: Pat
     log = tmp_path / "logs" / "spark.log"
     quiet = _run(str(log))
     assert quiet.returncode == 0, quiet.stderr
-    assert quiet.stdout.strip() == "3"
+    assert quiet.stdout.split()[0] == "3"
     assert "jvm-warning" not in quiet.stderr and "log4j" not in quiet.stderr, quiet.stderr
     assert "jvm-warning" in log.read_text()
+
+
+def test_the_driver_gets_the_heap_asked_for(tmp_path: Path) -> None:
+    run = _run(str(tmp_path / "spark.log"), "1536m")
+    assert run.returncode == 0, run.stderr
+    heap_mib = int(run.stdout.split()[1])
+    assert 1300 <= heap_mib <= 1536, heap_mib  # the JVM reports the heap less a survivor space

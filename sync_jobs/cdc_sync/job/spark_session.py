@@ -67,11 +67,16 @@ def spark_settings(app_name: str, shuffle_partitions: int) -> dict[str, str]:
 
 
 def build_spark(
-    app_name: str = "cdc-sync", shuffle_partitions: int = 2, jvm_log: Path | None = None
+    app_name: str = "cdc-sync",
+    shuffle_partitions: int = 2,
+    jvm_log: Path | None = None,
+    driver_memory: str | None = None,
 ) -> SparkSession:
     """`jvm_log`: where the driver JVM's stdout and stderr go (Spark's log4j WARN lines, its
     start-up banner, JVM warnings printed before log4j is configured); None leaves them on this
-    process's console. Applies only when this call starts the JVM (not under spark-submit)."""
+    process's console. `driver_memory`: the driver JVM's heap (`spark.driver.memory`, e.g.
+    "2g"; Spark's default 1g when None). Both apply only when this call starts the JVM (not
+    under spark-submit, not beside a running session)."""
     # Workers must run the same interpreter (pyarrow, the project) as the driver; locally through
     # the launcher that lets them import the installed pyspark (`worker_python`).
     if os.environ.get("PYSPARK_PYTHON", sys.executable) == sys.executable:
@@ -79,6 +84,8 @@ def build_spark(
         os.environ["PYSPARK_PYTHON"] = worker_python() if local else sys.executable
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     conf = SparkConf().setAll(list(spark_settings(app_name, shuffle_partitions).items()))
+    if driver_memory is not None:
+        conf.set("spark.driver.memory", driver_memory)  # read by spark-submit, before the JVM
     if jvm_log is not None and SparkContext._gateway is None and spark_master(os.environ):
         _start_jvm_logging_to(conf, jvm_log)
     spark = SparkSession.builder.config(conf=conf).getOrCreate()
