@@ -6,13 +6,12 @@ phase's cost of the same workload (e2ebench/pgload.py), so the JSON keeps what w
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from typing import Any
 
 from e2ebench.docbound import AS_INDEXED, bound_line, drain_bounds
 from e2ebench.pgload import sync_share, unit_costs
-from e2ebench.report import cell, ratio, table
+from e2ebench.report import cell, ratio, table, whole_processes
 
 THEIRS = ("pgsync", "pgsync-tuned")
 Phase = dict[str, Any] | None
@@ -187,15 +186,14 @@ def build_cpu(result: dict[str, Any]) -> str | None:
     inside its figure, not added again): how many of the machine's cores it kept busy, and how
     long the same CPU seconds take with every part overlapped. Not a bound on any system: what
     its way of building costs this machine, beside its wall time."""
-    found = re.search(r"(\d+) cores", str(result.get("machine", "")))
-    cores = int(found.group(1)) if found else None
+    cores = result.get("cores")
     parts = []
     for name, phase in result["systems"].items():
         build = (phase or {}).get("initial_build") or {}
         cpu, seconds = build.get("cpu_seconds") or {}, build.get("seconds")
         if not cpu or not seconds:
             continue
-        total = sum(value for process, value in cpu.items() if ":" not in process)
+        total = sum(whole_processes(cpu).values())
         text = f"{name} {total:.1f} CPU s in {seconds:.1f} s ({total / seconds:.2f} cores"
         if cores:
             text += f" of {cores}; all of it overlapped needs >= {total / cores:.1f} s"

@@ -20,6 +20,7 @@ def run_header(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "started": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": f"{platform.node()}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}",
+        "cores": os.cpu_count(),
         "options": {k: v for k, v in vars(args).items() if k not in ("output", "tune")},
     }
 
@@ -57,11 +58,9 @@ def cpu_budget(
     `raw_search_cpu`: what the same rows cost the search server in the raw bulk; the search
     server is counted at that cost where the sync cost it more (the job's writes may be what
     makes it dearer), so the bound holds for any job."""
-    cpu = dict(initial["cpu_seconds"])
+    cpu = whole_processes(initial["cpu_seconds"])
     cores = initial["cores"]
     wall = max(initial["seconds"].values())
-    for part in [name for name in cpu if name.startswith("job: ")]:
-        del cpu[part]  # in "job" already
     total = sum(cpu.values())
     target_seconds = initial["rows"] / target_rate
     if raw_search_cpu is not None and "search" in cpu:
@@ -83,6 +82,12 @@ def cpu_budget(
         "target_seconds": round(target_seconds, 1),
         "job_budget_cpu_seconds": round(budget, 1),
     }
+
+
+def whole_processes(cpu_seconds: dict[str, float]) -> dict[str, float]:
+    """A run's CPU seconds per process, without the job's parts ("job: spark jvm", ...), which
+    its "job" figure holds already."""
+    return {name: value for name, value in cpu_seconds.items() if not name.startswith("job: ")}
 
 
 def _drain_target(
