@@ -83,31 +83,32 @@ def running_adversarial(
 # py4j's "Answer from Java side is empty" in the tests' output).
 SPARK_DRIVER_MEMORY = "2g"
 SPARK_LOG_TAIL_BYTES = 6000
-_spark_log: list[Path] = []
+SPARK_LOG = pytest.StashKey[Path]()
 
 
 @pytest.fixture(scope="session")
-def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
-    log = tmp_path_factory.getbasetemp() / "spark-jvm.log"
-    _spark_log.append(log)
+def spark(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[SparkSession]:
+    log = request.config.stash[SPARK_LOG] = tmp_path_factory.getbasetemp() / "spark-jvm.log"
     session = build_spark("cdc-sync-e2e", jvm_log=log, driver_memory=SPARK_DRIVER_MEMORY)
     yield session
     try:
         session.stop()
     except Exception as error:
-        raise RuntimeError(f"the e2e Spark JVM is gone; {spark_log_tail()}") from error
+        raise RuntimeError(f"the e2e Spark JVM is gone; {spark_log_tail(log)}") from error
     # Every e2e job's stops ran in this JVM: none may have cut a stream thread short
     # (cdc_sync.job.stopping).
     overflows = log.read_text(errors="replace").count("StackOverflowError") if log.exists() else 0
     assert overflows == 0, f"{overflows} StackOverflowError(s) in the e2e Spark JVM's log {log}"
 
 
-def spark_log_tail() -> str:
-    if not _spark_log or not _spark_log[0].exists():
+def spark_log_tail(log: Path | None) -> str:
+    if log is None or not log.exists():
         return "no JVM log was written"
-    with _spark_log[0].open("rb") as file:
+    with log.open("rb") as file:
         file.seek(max(0, file.seek(0, 2) - SPARK_LOG_TAIL_BYTES))
-        return f"the end of its log {_spark_log[0]}:\n{file.read().decode(errors='replace')}"
+        return f"the end of its log {log}:\n{file.read().decode(errors='replace')}"
 
 
 @pytest.hookimpl(wrapper=True)
@@ -118,7 +119,9 @@ def pytest_runtest_makereport(
     report = yield
     gone = ("Answer from Java side is empty", "Py4JNetworkError", "ConnectionRefusedError")
     if report.failed and any(text in str(report.longrepr) for text in gone):
-        report.sections.append(("Spark JVM log", spark_log_tail()))
+        report.sections.append(
+            ("Spark JVM log", spark_log_tail(item.config.stash.get(SPARK_LOG, None)))
+        )
     return report
 
 
