@@ -48,20 +48,6 @@ def test_upkeep_runs_every_nth_batch_and_never_fails_the_job() -> None:
         EveryNBatches(0, action)
 
 
-def test_run_takes_maintain_every(tmp_path: Path) -> None:
-    from cdc_sync.cli import build_parser, job_options
-    from cdc_sync.job.runner import JobOptions
-
-    defaults = JobOptions(checkpoint_dir=tmp_path, warehouse=tmp_path)
-    parser = build_parser()
-    args = parser.parse_args(["run", "--mapping", "m.yaml", "--maintain-every", "50"])
-    assert job_options(args, defaults).maintain_every_batches == 50
-    args = parser.parse_args(["run", "--mapping", "m.yaml"])
-    assert job_options(args, defaults).maintain_every_batches is None
-    with pytest.raises(SystemExit):
-        parser.parse_args(["run", "--mapping", "m.yaml", "--maintain-every", "0"])
-
-
 def test_upkeep_report_has_a_line_per_table() -> None:
     text = format_upkeep(
         [

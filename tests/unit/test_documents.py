@@ -716,17 +716,3 @@ def test_a_failed_bulk_leaves_none_writing_and_every_root_pending(
 def test_bulks_in_flight_below_one_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="bulks_in_flight must be at least 1, got 0"):
         DocumentSync(load(tmp_path), tmp_path / "s.sqlite", MemoryIndex(), bulks_in_flight=0)
-
-
-def test_run_takes_document_bulks(tmp_path: Path) -> None:
-    from cdc_sync.cli import build_parser, job_options
-    from cdc_sync.job.runner import JobOptions
-
-    defaults = JobOptions(checkpoint_dir=tmp_path, warehouse=tmp_path)
-    parser = build_parser()
-    args = parser.parse_args(["run", "--mapping", "m.yaml", "--document-bulks", "4"])
-    assert job_options(args, defaults).document_bulks_in_flight == 4
-    args = parser.parse_args(["run", "--mapping", "m.yaml"])
-    assert job_options(args, defaults).document_bulks_in_flight == document_sync.BULKS_IN_FLIGHT
-    with pytest.raises(SystemExit):
-        parser.parse_args(["run", "--mapping", "m.yaml", "--document-bulks", "0"])
