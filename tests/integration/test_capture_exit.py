@@ -5,6 +5,11 @@ during its snapshot, the bench process never exited: its main thread waited in J
 `_JTerminate`, the JVM's destroy waiting for Debezium threads that did not end. `cdc-sync capture`
 leaves through the same path, so it would hang instead of exiting for a supervisor to restart it.
 The capture runs in a child process here, stopped while it still publishes its snapshot.
+
+Leaving the JVM alive has its own hazard, seen once in CI (exit -6, "FATAL: exception not
+rethrown"): JPype's reference queue, a Java thread that releases Python objects Java held, took
+the GIL while the interpreter finalized and was ended there, which aborts the process. The second
+test makes that queue busy at exit on purpose (it aborted six runs of six before the fix).
 """
 
 from __future__ import annotations
@@ -50,6 +55,45 @@ while engine.published < 2_000:
 engine.stop()
 print(f"stopped after {engine.published} records", flush=True)
 """
+
+
+RELEASED_AT_EXIT = """
+import jpype
+from cdc_sync.connectors.engine import JVM_OPTIONS, ensure_java_home, keep_the_jvm_at_exit
+from pydbzengine.engine.jvm import ensure_jvm_started
+
+ensure_java_home()
+ensure_jvm_started(jvm_opts=JVM_OPTIONS)
+keep_the_jvm_at_exit()
+ArrayList = jpype.JClass("java.util.ArrayList")
+Runnable = jpype.JClass("java.lang.Runnable")
+System = jpype.JClass("java.lang.System")
+
+@jpype.JImplements(Runnable)
+class Task:
+    @jpype.JOverride
+    def run(self) -> None:
+        pass
+
+for _ in range(5):  # Python objects held by Java, then released: the queue's work at exit
+    held = ArrayList()
+    for _ in range(20_000):
+        held.add(Task())
+    del held
+System.gc()
+"""
+
+
+def test_a_process_that_kept_its_jvm_exits_cleanly_while_java_releases_python_objects() -> None:
+    child = subprocess.run(
+        [sys.executable, "-c", RELEASED_AT_EXIT],
+        capture_output=True,
+        text=True,
+        timeout=EXIT_SECONDS * 4,
+        cwd=Path(__file__).resolve().parents[2],
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)},
+    )
+    assert child.returncode == 0, child.stderr[-2000:]
 
 
 def test_a_capture_stopped_mid_snapshot_lets_its_process_exit(

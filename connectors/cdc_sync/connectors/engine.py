@@ -8,6 +8,8 @@ only then does the engine mark the records processed and flush their offsets to 
 
 from __future__ import annotations
 
+import atexit
+import functools
 import json
 import logging
 import os
@@ -284,11 +286,11 @@ class CaptureEngine:
                 log.warning("capture engine did not stop within %ss", timeout_seconds)
         self.publisher.close()
         if self._engine is not None:
-            _let_the_process_exit()
+            keep_the_jvm_at_exit()
         log.info("capture stopped after publishing %d records", self.published)
 
 
-def _let_the_process_exit() -> None:
+def keep_the_jvm_at_exit() -> None:
     """At the process's exit JPype destroys the JVM, which waits for every non-daemon Java
     thread; Debezium's can outlive a stopped or failed engine (a snapshot interrupted, its error
     handler retrying without limit), and the process then never exits. Offsets are stored after
@@ -296,3 +298,23 @@ def _let_the_process_exit() -> None:
     import jpype.config
 
     jpype.config.destroy_jvm = False
+    _stop_java_calls_into_python_at_exit()
+
+
+@functools.cache
+def _stop_java_calls_into_python_at_exit() -> None:
+    """A JVM left alive at exit goes on calling into Python: JPype's reference queue releases
+    the Python objects Java held, on a Java thread that takes the GIL. One that asks for it while
+    the interpreter finalizes is ended by `pthread_exit`, whose unwinding through JPype's C++
+    aborts the process ("FATAL: exception not rethrown", exit -6; seen in CI, a capture stopped
+    mid-snapshot). The JVM's destroy would have stopped that queue; here it is stopped at exit,
+    before the interpreter finalizes (atexit runs the last registered first: before JPype's own
+    exit hook, while Java can still be called)."""
+    atexit.register(_stop_reference_queue)
+
+
+def _stop_reference_queue() -> None:
+    import jpype
+
+    if jpype.isJVMStarted():
+        jpype.JClass("org.jpype.ref.JPypeReferenceQueue").getInstance().stop()
