@@ -80,3 +80,21 @@ def test_each_tables_last_snapshot_row_ends_its_snapshot(
         # Every row but the snapshot's very last says the snapshot goes on (documents wait).
         goes_on = [isinstance(c, Change) and c.snapshot_continues for c in cs]
         assert goes_on == [m != "last" for m in markers[table]], table
+
+
+@pytest.mark.parametrize("listed", [["se.b", "se.a"], ["se.a", "se.b"]])
+def test_the_snapshot_reads_the_tables_in_table_include_list_order(
+    database: str, kafka: KafkaEndpoint, tmp_path: Path, listed: list[str]
+) -> None:
+    """What documents rely on to render while a snapshot goes on (documents.md): a root table
+    listed after the tables its documents read is read after them, whole tables one by one."""
+    with captured(database, kafka, tmp_path, listed) as prefix:
+        readers = {t: TopicReader(kafka, f"{prefix}.{t}") for t in listed}
+        try:
+            records = {t: reader.wait_count(ROWS[t]) for t, reader in readers.items()}
+        finally:
+            for reader in readers.values():
+                reader.close()
+    first, second = ([marker(r) for r in records[t]] for t in listed)
+    assert first[0] == "first" and first[-1] == "last_in_data_collection", first
+    assert second[0] == "first_in_data_collection" and second[-1] == "last", second

@@ -77,6 +77,43 @@ def snapshot_goes_on(
     return table_ends and bool(found) and all(c.snapshot_continues for c in found)
 
 
+def snapshot_version(changes: Mapping[TableId, Sequence[Change]]) -> int | None:
+    """The version the batch's rows of a full snapshot share: every row of one snapshot carries
+    the snapshot's consistent point (observed: tests/integration/test_debezium_snapshot_end.py).
+    None when the batch holds none, or rows of two snapshots."""
+    found = {
+        c.version
+        for batch in changes.values()
+        for c in batch
+        if c.op is Op.READ and (c.snapshot_continues or c.ends_snapshot)
+    }
+    return found.pop() if len(found) == 1 else None
+
+
+def tables_beside_roots(spec: DocumentSpec) -> frozenset[TableId]:
+    """The tables a document reads besides its root rows: each nested level's and each join
+    table (the root's own table too where a level nests it again)."""
+    found = set()
+    for level, via, _ in spec.walk():
+        if via is not None:
+            found.add(level.table)
+            if via.through is not None:
+                found.add(via.through.table)
+    return frozenset(found)
+
+
+def renders_during_snapshot(
+    spec: DocumentSpec, snapshot_ends: Mapping[TableId, int], snapshot: int
+) -> bool:
+    """Whether a document's roots read in the full snapshot at version `snapshot` can render
+    while that snapshot goes on: every table it reads besides its roots has ended this
+    snapshot (`snapshot_ends`: the version of the last full snapshot each table ended), so a
+    root read in it renders whole, as Postgres held it at the snapshot's point. Debezium reads
+    the tables in `table.include.list` order: a root table listed after the tables its
+    documents read renders while it is read."""
+    return all(snapshot_ends.get(t) == snapshot for t in tables_beside_roots(spec))
+
+
 def caught_up(full: bool, snapshot_rows: bool) -> bool:
     """A batch ends the backlog: it is not full (the source had no more to give it) and is not
     made only of the rows of a snapshot in progress (the connector is still reading)."""

@@ -70,6 +70,12 @@ CREATE TABLE IF NOT EXISTS written (doc TEXT NOT NULL, id TEXT NOT NULL, digest 
 
 # Meta keys: the last batch the state applied, and the query id of the checkpoint it ran under.
 BATCH, CHECKPOINT = "batch", "checkpoint"
+_SNAPSHOT_END = "snapshot-end:"  # + table: the version of the last full snapshot it ended
+# Pending roots (of a document, `?` 2) whose own row (table `?` 1) is at a version (`?` 3).
+_PENDING_READ_AT = (
+    "SELECT p.id FROM pending p JOIN rows r ON r.tbl = ? AND r.id = p.id "
+    "WHERE p.doc = ? AND r.version = ? AND r.doc IS NOT NULL"
+)
 
 
 @dataclass(frozen=True)
@@ -199,7 +205,7 @@ class DocumentState:
         query = (
             "SELECT id FROM rows WHERE tbl = ? AND doc IS NOT NULL AND id > ? ORDER BY id LIMIT ?"
         )
-        return self._pages(query, str(table), limit)
+        return self._pages(query, [str(table)], limit)
 
     def _rows(self, query: str, params: Sequence[object]) -> list[Row]:
         return [_row(*found) for found in self.conn.execute(query, params)]
@@ -276,12 +282,40 @@ class DocumentState:
     def pending(self, doc: str, limit: int) -> Iterator[list[str]]:
         """The roots still to render, in chunks of `limit`, in id order."""
         query = "SELECT id FROM pending WHERE doc = ? AND id > ? ORDER BY id LIMIT ?"
-        return self._pages(query, doc, limit)
+        return self._pages(query, [doc], limit)
 
     def rendered(self, doc: str) -> None:
         """Every pending root of `doc` is in the search server now."""
         with self.transaction():
             self.conn.execute("DELETE FROM pending WHERE doc = ?", [doc])
+
+    def pending_read_at(
+        self, doc: str, table: TableId, version: int, limit: int
+    ) -> Iterator[list[str]]:
+        """The pending roots whose own row (of the root `table`) the state holds at `version`,
+        in chunks of `limit`, in id order."""
+        return self._pages(
+            _PENDING_READ_AT + " AND p.id > ? ORDER BY p.id LIMIT ?",
+            [str(table), doc, version],
+            limit,
+        )
+
+    def rendered_read_at(self, doc: str, table: TableId, version: int) -> None:
+        """The pending roots `pending_read_at` gives are in the search server now."""
+        with self.transaction():
+            self.conn.execute(
+                f"DELETE FROM pending WHERE doc = ? AND id IN ({_PENDING_READ_AT})",
+                [doc, str(table), doc, version],
+            )
+
+    def record_snapshot_end(self, table: TableId, version: int) -> None:
+        """`table`'s rows of the full snapshot at `version` are all in the state."""
+        self.set_meta(_SNAPSHOT_END + str(table), str(version))
+
+    def snapshot_ends(self, tables: Iterable[TableId]) -> dict[TableId, int]:
+        """The version of the last full snapshot each of `tables` ended (absent: none)."""
+        found = ((table, self.meta(_SNAPSHOT_END + str(table))) for table in tables)
+        return {table: int(version) for table, version in found if version is not None}
 
     def written(self, doc: str, ids: Sequence[str]) -> dict[str, bytes]:
         """The digests of the documents of these roots the index holds (as this state wrote
@@ -406,12 +440,12 @@ class DocumentState:
             marks = ",".join("?" * len(part))
             yield from self.conn.execute(query.format(marks), [*params, *part])
 
-    def _pages(self, query: str, owner: str, limit: int) -> Iterator[list[str]]:
+    def _pages(self, query: str, params: Sequence[object], limit: int) -> Iterator[list[str]]:
         """Ids `query` selects after the last one seen (`id > ?`), `limit` at a time: a page is
         read fresh each time, so the caller may write between pages."""
         last = ""
         while True:
-            page = [ident for (ident,) in self.conn.execute(query, [owner, last, limit])]
+            page = [ident for (ident,) in self.conn.execute(query, [*params, last, limit])]
             if not page:
                 return
             yield page

@@ -42,8 +42,10 @@ from cdc_sync.documents.builds import (
     fingerprint,
     fingerprint_key,
     planned,
+    renders_during_snapshot,
     snapshot_goes_on,
     snapshot_rows_only,
+    snapshot_version,
 )
 from cdc_sync.documents.checkpoint import state_fits_checkpoint
 from cdc_sync.documents.comparisons import TableTypes, schema_types
@@ -268,8 +270,9 @@ class DocumentSync:
         key, full rows, filled) into the state, with `batch_id` (the streaming query's); then
         every pending root rendered and written, unless the batch is a full one of snapshot rows
         that ends no table's snapshot (`records`: the batch's; see `full_batch`) or one of a full
-        snapshot's rows that goes on behind it (`snapshot_goes_on`). A build behind the alias
-        ends at the first batch that ends the backlog."""
+        snapshot's rows that goes on behind it (`snapshot_goes_on`): then only the roots that
+        snapshot read, of documents whose other tables it has read whole. A build behind the
+        alias ends at the first batch that ends the backlog."""
         truncates = [
             t
             for t in truncates
@@ -280,8 +283,11 @@ class DocumentSync:
             self._merge(truncates, changes, batch_id)
         full = self.full_batch is not None and records >= self.full_batch
         snapshot_rows = snapshot_rows_only(truncates, changes)
-        result = DocumentResult()  # a snapshot going on: its roots stay pending
-        if not ((full and snapshot_rows) or snapshot_goes_on(truncates, changes)):
+        if (full and snapshot_rows) or snapshot_goes_on(truncates, changes):
+            # A snapshot going on: only the roots it read that render whole already.
+            snapshot = snapshot_version(changes)
+            result = DocumentResult() if snapshot is None else self._render_pending(snapshot)
+        else:
             result = self._render_pending()
             if caught_up(full, snapshot_rows):
                 for name, spec in self.specs.items():
@@ -316,6 +322,8 @@ class DocumentSync:
             for table, found in sorted(changes.items()):
                 merged = self.state.merge(table, [_entry(c) for c in found])
                 changed.setdefault(table, Changed()).add(merged)
+                for end in (c for c in found if c.ends_snapshot):
+                    self.state.record_snapshot_end(table, end.version)
             for name, spec in self.specs.items():
                 if spec.filter is not None and spec.table in changes:
                     self._filter_changes(name, spec, changes[spec.table])
@@ -363,20 +371,32 @@ class DocumentSync:
             [ident for ident, ok in zip(ids, flags, strict=True) if not ok],
         )
 
-    def _render_pending(self) -> DocumentResult:
+    def _render_pending(self, snapshot: int | None = None) -> DocumentResult:
+        """Every document's pending roots rendered and written; with `snapshot` (the version
+        of a full snapshot going on), only the roots that snapshot read, of documents whose
+        every other table it has read whole (`renders_during_snapshot`): the others stay
+        pending."""
         result = DocumentResult()
         version = self.state.version()
+        ends = self.state.snapshot_ends(self.tables) if snapshot is not None else {}
         for name, spec in self.specs.items():
+            if snapshot is not None and not renders_during_snapshot(spec, ends, snapshot):
+                continue
             # Into the index being built behind the alias, if there is one.
             target = self.state.meta(building_key(name)) or spec.index
-            chunks = (
-                self._actions(name, spec, chunk, version)
-                for chunk in self.state.pending(name, self.chunk)
+            pages = (
+                self.state.pending(name, self.chunk)
+                if snapshot is None
+                else self.state.pending_read_at(name, spec.table, snapshot, self.chunk)
             )
+            chunks = (self._actions(name, spec, chunk, version) for chunk in pages)
             written, sent = self._write(name, target, chunks)
             result.writes[name] = result.writes.get(name, WriteResult()).merge(written)
             result.rendered += sent
-            self.state.rendered(name)
+            if snapshot is None:
+                self.state.rendered(name)
+            else:
+                self.state.rendered_read_at(name, spec.table, snapshot)
         return result
 
     def _write(
