@@ -82,11 +82,17 @@ class DocumentSpec(Level):
 
     def tables(self) -> frozenset[TableId]:
         """Every table whose rows a document holds or joins through."""
+        return self.read_besides_roots() | {self.table}
+
+    def read_besides_roots(self) -> frozenset[TableId]:
+        """The tables a document reads besides its root rows: each nested level's and each
+        join table (the root's own table too where a level nests it again)."""
         found = set()
         for level, via, _ in self.walk():
-            found.add(level.table)
-            if via is not None and via.through is not None:
-                found.add(via.through.table)
+            if via is not None:
+                found.add(level.table)
+                if via.through is not None:
+                    found.add(via.through.table)
         return frozenset(found)
 
 

@@ -15,8 +15,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from cdc_sync.connectors.checks import document_table_order
 from cdc_sync.core.model import Change, Coordinates, Op, TableId, Truncate
-from cdc_sync.documents.builds import tables_beside_roots
 from cdc_sync.documents.sync import DocumentSync
 from tests.unit.test_documents import (
     MAPPING,
@@ -239,10 +239,27 @@ def test_the_tables_beside_the_roots(tmp_path: Path) -> None:
     nests it again."""
     (spec,) = load(tmp_path, MAPPING).documents.values()
     expected = {"customers", "lines", "products", "tags", "product_tags"}
-    assert tables_beside_roots(spec) == {TableId("s", t) for t in expected}
+    assert spec.read_besides_roots() == {TableId("s", t) for t in expected}
     nested = SHALLOW.replace(
         "        type: nested\n",
         "        type: nested\n      parent: {table: s.orders, kind: one, join: {id: id}}\n",
     )
     (again,) = load(tmp_path, nested).documents.values()
-    assert TableId("s", "orders") in tables_beside_roots(again)
+    assert TableId("s", "orders") in again.read_besides_roots()
+
+
+@pytest.mark.parametrize(
+    ("listed", "after_the_root"),
+    [
+        ("s.customers,s.lines,s.orders", []),
+        ("s.orders,s.customers,s.lines", ["s.customers, s.lines"]),
+        ("s.customers,s.orders,s.lines", ["s.lines"]),
+        ("s\\..*", []),  # one pattern for all: the list does not say the order
+    ],
+)
+def test_connectors_validate_warns_of_a_root_table_listed_before_its_documents_tables(
+    tmp_path: Path, listed: str, after_the_root: list[str]
+) -> None:
+    checks = document_table_order({"table.include.list": listed}, load(tmp_path, SHALLOW))
+    assert {c.severity for c in checks} <= {"warning"}
+    assert [c.message.split(" before ")[1].split(":")[0] for c in checks] == after_the_root

@@ -18,6 +18,7 @@ from cdc_sync.core.model import TableId
 from cdc_sync.debezium.connector import ConnectorFile, captured_tables, load_connector
 from cdc_sync.debezium.signals import signal_table_id
 from cdc_sync.mapping import MappingFile
+from cdc_sync.names import include_patterns
 from cdc_sync.schema.catalog import quoted
 
 DEFAULT_NAMES = {"publication.name": "dbz_publication", "slot.name": "debezium"}
@@ -54,6 +55,41 @@ def run_checks(
         for table in mapping.uncovered(t for t in tables if t not in partitions):
             checks.append(
                 Check("error", f"{mapping.path}: tables", f"{table} is neither routed nor ignored")
+            )
+        checks += document_table_order(config, mapping)
+    return checks
+
+
+def document_table_order(config: Mapping[str, str], mapping: MappingFile) -> list[Check]:
+    """A document's root table listed before a table its documents read. Debezium reads a
+    snapshot's tables in `table.include.list` order, and during a snapshot a document renders
+    only once its other tables are read (docs/documents.md): listed first, the root's documents
+    are all written after the snapshot's end. Tables one pattern matches together are read in
+    an order the list does not say: not flagged."""
+    patterns = include_patterns(config.get("table.include.list"))
+
+    def position(table: TableId) -> int | None:
+        name = f"{table.schema}.{table.table}"
+        return next((i for i, p in enumerate(patterns) if p.fullmatch(name)), None)
+
+    checks = []
+    for name, spec in mapping.documents.items():
+        root = position(spec.table)
+        later = sorted(
+            f"{t.schema}.{t.table}"
+            for t in spec.read_besides_roots()
+            if root is not None and (found := position(t)) is not None and found > root
+        )
+        if later:
+            checks.append(
+                Check(
+                    "warning",
+                    "table.include.list",
+                    f"lists {spec.table.schema}.{spec.table.table}, the root table of document "
+                    f"{name!r}, before {', '.join(later)}: a snapshot reads the tables in this "
+                    "order, so its documents are written only after the whole snapshot; list "
+                    "the root table after them",
+                )
             )
     return checks
 

@@ -90,18 +90,6 @@ def snapshot_version(changes: Mapping[TableId, Sequence[Change]]) -> int | None:
     return found.pop() if len(found) == 1 else None
 
 
-def tables_beside_roots(spec: DocumentSpec) -> frozenset[TableId]:
-    """The tables a document reads besides its root rows: each nested level's and each join
-    table (the root's own table too where a level nests it again)."""
-    found = set()
-    for level, via, _ in spec.walk():
-        if via is not None:
-            found.add(level.table)
-            if via.through is not None:
-                found.add(via.through.table)
-    return frozenset(found)
-
-
 def renders_during_snapshot(
     spec: DocumentSpec, snapshot_ends: Mapping[TableId, int], snapshot: int
 ) -> bool:
@@ -111,7 +99,7 @@ def renders_during_snapshot(
     root read in it renders whole, as Postgres held it at the snapshot's point. Debezium reads
     the tables in `table.include.list` order: a root table listed after the tables its
     documents read renders while it is read."""
-    return all(snapshot_ends.get(t) == snapshot for t in tables_beside_roots(spec))
+    return all(snapshot_ends.get(t) == snapshot for t in spec.read_besides_roots())
 
 
 def caught_up(full: bool, snapshot_rows: bool) -> bool:
