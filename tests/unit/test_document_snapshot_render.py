@@ -92,6 +92,20 @@ def started(tmp_path: Path, index: MemoryIndex, text: str = SHALLOW) -> Document
     return sync
 
 
+def first_snapshot(sync: DocumentSync) -> None:
+    """A first full snapshot at 5: customers, lines, then order 1 with the snapshot's last row."""
+    apply(
+        sync,
+        [
+            read(customer(1, "c", 5), "first"),
+            read(customer(2, "d", 5), "last_in_data_collection"),
+            read(line(1, 1, 5), "first_in_data_collection"),
+            read(line(1, 2, 5), "last_in_data_collection"),
+            read(order(1, "new", 5), "last"),
+        ],
+    )
+
+
 def test_a_root_table_read_last_renders_while_it_is_read(tmp_path: Path) -> None:
     index = CountingIndex()
     sync = started(tmp_path, index)
@@ -121,16 +135,7 @@ def test_a_table_that_ended_an_earlier_snapshot_does_not_count(tmp_path: Path) -
     end at 5 was the first snapshot's, so the re-read orders wait for the lines."""
     index = CountingIndex()
     sync = started(tmp_path, index)
-    apply(
-        sync,
-        [
-            read(customer(1, "c", 5), "first"),
-            read(customer(2, "d", 5), "last_in_data_collection"),
-            read(line(1, 1, 5), "first_in_data_collection"),
-            read(line(1, 2, 5), "last_in_data_collection"),
-            read(order(1, "new", 5), "last"),
-        ],
-    )
+    first_snapshot(sync)
     assert index.bulks == [["1"]]
     apply(
         sync,
@@ -154,16 +159,7 @@ def test_a_root_the_snapshot_has_not_read_yet_waits(tmp_path: Path) -> None:
     it renders once the snapshot has read it."""
     index = CountingIndex()
     sync = started(tmp_path, index)
-    apply(
-        sync,
-        [
-            read(customer(1, "c", 5), "first"),
-            read(customer(2, "d", 5), "last_in_data_collection"),
-            read(line(1, 1, 5), "first_in_data_collection"),
-            read(line(1, 2, 5), "last_in_data_collection"),
-            read(order(1, "new", 5), "last"),
-        ],
-    )
+    first_snapshot(sync)
     apply(
         sync,
         [
