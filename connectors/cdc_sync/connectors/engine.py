@@ -42,6 +42,7 @@ READY_QUIET_SECONDS = 3.0  # no snapshot to send: ready once the engine has been
 # -Xrs: SIGTERM/SIGINT reach Python (a clean engine stop) instead of the JVM exiting.
 JVM_OPTIONS = [f"-Dlog4j2.configurationFile={LOG4J_CONFIG}", "-Xmx768m", "-Xrs"]
 FILE_OFFSET_STORE = "org.apache.kafka.connect.storage.FileOffsetBackingStore"
+LINGER_SECONDS = 2.0  # a stopped engine's Java threads get this long to end
 
 
 def default_state_dir(connector: Path) -> Path:
@@ -286,15 +287,40 @@ class CaptureEngine:
                 log.warning("capture engine did not stop within %ss", timeout_seconds)
         self.publisher.close()
         if self._engine is not None:
-            keep_the_jvm_at_exit()
+            lingering = _lingering_java_threads()
+            if lingering:
+                log.info("the stopped engine left Java threads running: %s", ", ".join(lingering))
+                keep_the_jvm_at_exit()
         log.info("capture stopped after publishing %d records", self.published)
+
+
+def _lingering_java_threads(grace_seconds: float = LINGER_SECONDS) -> list[str]:
+    """The Java threads a stopped engine left running that the JVM's destroy at exit would
+    wait for (non-daemon, other than the process's main thread), after up to `grace_seconds`
+    for them to end. Observed: none after a clean stop; Debezium's change event source
+    coordinator after a stop mid-snapshot, still running seconds later."""
+    import jpype
+
+    thread = jpype.JClass("java.lang.Thread")
+    deadline = time.monotonic() + grace_seconds
+    while True:
+        names = sorted(
+            str(t.getName())
+            for t in thread.getAllStackTraces().keySet()
+            if t.isAlive() and not t.isDaemon() and str(t.getName()) != "main"
+        )
+        if not names or time.monotonic() >= deadline:
+            return names
+        time.sleep(0.1)
 
 
 def keep_the_jvm_at_exit() -> None:
     """At the process's exit JPype destroys the JVM, which waits for every non-daemon Java
     thread; Debezium's can outlive a stopped or failed engine (a snapshot interrupted, its error
     handler retrying without limit), and the process then never exits. Offsets are stored after
-    every batch, so not destroying the JVM loses nothing."""
+    every batch, so not destroying the JVM loses nothing. Only where such threads are left
+    (`CaptureEngine.stop`): a JVM alive at exit has hazards of its own (below), and a process
+    that also ran other Java work (a test session) ended once with a segmentation fault."""
     import jpype.config
 
     jpype.config.destroy_jvm = False
