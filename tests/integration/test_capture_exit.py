@@ -66,6 +66,34 @@ print(f"destroy the JVM at exit: {jpype.config.destroy_jvm}", flush=True)
 )
 
 
+REPO = Path(__file__).resolve().parents[2]
+
+
+def child_env() -> dict[str, str]:
+    """The child imports the code under test as this process does (a worktree's too)."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+
+
+def run_child(script: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", script, *args],
+        capture_output=True,
+        text=True,
+        timeout=EXIT_SECONDS * 4,
+        cwd=REPO,
+        env=child_env(),
+    )
+
+
+def create_rows(database: str, count: int) -> None:
+    with psycopg.connect(database, autocommit=True) as conn:
+        conn.execute("CREATE SCHEMA exit")
+        conn.execute("CREATE TABLE exit.rows (id int PRIMARY KEY, body text)")
+        conn.execute(
+            "INSERT INTO exit.rows SELECT g, md5(g::text) FROM generate_series(1, %s) g", (count,)
+        )
+
+
 RELEASED_AT_EXIT = """
 import jpype
 from cdc_sync.connectors.engine import JVM_OPTIONS, ensure_java_home, keep_the_jvm_at_exit
@@ -94,14 +122,7 @@ System.gc()
 
 
 def test_a_process_that_kept_its_jvm_exits_cleanly_while_java_releases_python_objects() -> None:
-    child = subprocess.run(
-        [sys.executable, "-c", RELEASED_AT_EXIT],
-        capture_output=True,
-        text=True,
-        timeout=EXIT_SECONDS * 4,
-        cwd=Path(__file__).resolve().parents[2],
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)},
-    )
+    child = run_child(RELEASED_AT_EXIT)
     assert child.returncode == 0, child.stderr[-2000:]
 
 
@@ -109,21 +130,14 @@ def test_a_capture_stopped_mid_snapshot_lets_its_process_exit(
     pg_url: str, kafka: KafkaEndpoint, tmp_path: Path
 ) -> None:
     with private_database(pg_url, "capture_exit") as database:
-        with psycopg.connect(database, autocommit=True) as conn:
-            conn.execute("CREATE SCHEMA exit")
-            conn.execute("CREATE TABLE exit.rows (id int PRIMARY KEY, body text)")
-            conn.execute(
-                "INSERT INTO exit.rows SELECT g, md5(g::text) FROM generate_series(1, %s) g",
-                (ROWS,),
-            )
+        create_rows(database, ROWS)
         child = subprocess.Popen(
             [sys.executable, "-c", CHILD, database, kafka.bootstrap, kafka.flavor, str(tmp_path)],
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             text=True,
-            cwd=Path(__file__).resolve().parents[2],
-            # The child imports the code under test as this process does (a worktree's too).
-            env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)},
+            cwd=REPO,
+            env=child_env(),
         )
         try:
             assert child.stdout is not None
@@ -146,27 +160,7 @@ def test_a_capture_stopped_after_its_snapshot_leaves_the_jvm_to_be_destroyed_at_
     the test above shows); after a clean stop JPype destroys it as usual (CI, 2026-11-28: a test
     session that kept it ended with a segmentation fault after every test had passed)."""
     with private_database(pg_url, "capture_clean_exit") as database:
-        with psycopg.connect(database, autocommit=True) as conn:
-            conn.execute("CREATE SCHEMA exit")
-            conn.execute("CREATE TABLE exit.rows (id int PRIMARY KEY, body text)")
-            conn.execute(
-                "INSERT INTO exit.rows SELECT g, md5(g::text) FROM generate_series(1, 50) g"
-            )
-        child = subprocess.run(
-            [
-                sys.executable,
-                "-c",
-                STOPPED_CLEANLY,
-                database,
-                kafka.bootstrap,
-                kafka.flavor,
-                str(tmp_path),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=EXIT_SECONDS * 4,
-            cwd=Path(__file__).resolve().parents[2],
-            env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)},
-        )
+        create_rows(database, 50)
+        child = run_child(STOPPED_CLEANLY, database, kafka.bootstrap, kafka.flavor, str(tmp_path))
         assert child.returncode == 0, child.stderr[-2000:]
         assert "destroy the JVM at exit: True" in child.stdout, child.stdout

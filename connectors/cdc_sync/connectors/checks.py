@@ -75,10 +75,12 @@ def document_table_order(config: Mapping[str, str], mapping: MappingFile) -> lis
     checks = []
     for name, spec in mapping.documents.items():
         root = position(spec.table)
+        if root is None:
+            continue
         later = sorted(
             f"{t.schema}.{t.table}"
             for t in spec.read_besides_roots()
-            if root is not None and (found := position(t)) is not None and found > root
+            if (found := position(t)) is not None and found > root
         )
         if later:
             checks.append(
