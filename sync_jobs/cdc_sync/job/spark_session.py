@@ -11,6 +11,7 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
+from py4j.protocol import Py4JJavaError
 from pyspark import SparkConf, SparkContext
 from pyspark.java_gateway import launch_gateway
 from pyspark.sql import SparkSession
@@ -107,7 +108,8 @@ def use_file_system_checkpoints(spark: SparkSession) -> str | None:
     """Each micro-batch writes two checkpoint files (its offsets, then its commit); through
     Hadoop's FileContext API, Spark's default, each cost 34-37 ms on this project's machine with
     the file system idle, through its FileSystem API 9 ms (an empty `rate` query at 0.25 s
-    triggers, medians of 40 batches): a quarter of a consumer's per-batch floor. Both write a
+    triggers, medians of 40 batches; 140-170 ms against 10-30 ms with the job's four consumers
+    on two cores: most of Spark's own time a batch, `make bench`). Both write a
     temporary file and rename it over; the FileSystem API is safe where its rename is atomic
     (Spark falls back to it where FileContext is missing, with that warning), which POSIX's
     `rename` is: so it is chosen when checkpoints resolve to the local file system (a path
@@ -124,7 +126,7 @@ def use_file_system_checkpoints(spark: SparkSession) -> str | None:
     for name in FILE_SYSTEM_CHECKPOINTS:
         try:
             jvm.java.lang.Class.forName(name, False, loader)
-        except Exception:  # py4j's Py4JJavaError: ClassNotFoundException in this Spark
+        except Py4JJavaError:  # ClassNotFoundException: not this Spark's name for it
             continue
         spark.conf.set(CHECKPOINT_MANAGER_SETTING, name)
         return name
