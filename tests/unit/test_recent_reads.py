@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from cdc_sync.source.offsets import PartitionRange
 from cdc_sync.source.options import KafkaSourceOptions
 from cdc_sync.source.python_kafka import ARROW_SCHEMA, Reach
-from cdc_sync.source.recent_reads import RecentReads
+from cdc_sync.source.recent_reads import MAX_CHUNKS, RecentReads
 
 pytestmark = pytest.mark.unit
 
@@ -190,6 +190,25 @@ def test_what_is_kept_stays_within_the_budget() -> None:
     # What was trimmed is read from the broker, what was kept from memory: either way, whole.
     for start in range(600):
         assert read(reads, start, 600) == partition.records(start, 600)
+
+
+def test_a_window_extended_read_after_read_stays_a_few_chunks() -> None:
+    """Each read that extends a window adds an Arrow chunk, and what the window costs (its
+    `nbytes`, a slice) grows with its chunks: they grew with every batch, to 72 ms a window
+    summed per read at 2,001 chunks. Extended 500 times it holds at most `MAX_CHUNKS` chunks and
+    still gives every range whole, gaps included."""
+    partition = Partition()
+    reads = RecentReads(partition.read, ahead=0)
+    position = 0
+    for step in range(500):
+        partition.append(7, gap=step % 3)
+        assert read(reads, position, partition.high) == partition.records(position, partition.high)
+        position = partition.high
+        assert reads.held_chunks() <= MAX_CHUNKS
+    for start in range(0, partition.high, 97):
+        end = min(start + 50, partition.high)
+        assert read(reads, start, end) == partition.records(start, end)
+    assert len(partition.asked) == 500  # every one of those from the window
 
 
 def test_threads_asking_at_once_wait_for_one_read() -> None:
