@@ -1,5 +1,6 @@
 """The job's Spark session writes streaming checkpoints through Hadoop's FileSystem API (a
-quarter of a consumer's per-batch floor, job/spark_session.py), and a query resumes from them."""
+quarter of the FileContext API's cost a file, most of Spark's own time a batch under load:
+job/spark_session.py), and a query resumes from them."""
 
 from __future__ import annotations
 
