@@ -329,3 +329,32 @@ def test_soft_deletes_mark_held_rows_only_and_a_snapshot_end_marks_older_ones(
     assert stored[2]["_cdc_deleted_at"] == datetime(2027, 1, 15, 8, tzinfo=UTC)
     assert stored[1]["_cdc_version"] == 20  # marked before: kept as it was
     assert sink.truncate(soft, end) == 2 and rows(tmp_path) == {}  # a TRUNCATE removes
+
+
+def test_a_kept_table_handle_reads_the_log_only_when_another_writer_committed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Bringing a handle up to date lists the whole log directory (its cost grows with every
+    commit kept): a handle whose table nobody else committed to since, its own commits
+    included, is used as it is; another writer's commit is still read."""
+    path = tmp_path / "t"
+    write_deltalake(str(path), pa.table({"id": [1]}))
+    handles = TableHandles()
+    kept = handles.get(path)
+    assert kept is not None
+    listed: list[int] = []
+    update = DeltaTable.update_incremental
+
+    def counted(self: DeltaTable) -> None:
+        listed.append(1)
+        update(self)
+
+    monkeypatch.setattr(DeltaTable, "update_incremental", counted)
+    write_deltalake(kept, pa.table({"id": [2]}), mode="append")  # the handle's own commit
+    assert handles.get(path) is kept and kept.version() == 1
+    assert listed == []
+    write_deltalake(str(path), pa.table({"id": [3]}), mode="append")  # another writer
+    again = handles.get(path)
+    assert again is kept and again.version() == 2 and listed == [1]
+    assert sorted(again.to_pyarrow_table()["id"].to_pylist()) == [1, 2, 3]
+    assert handles.get(path) is kept and listed == [1]

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 import pytest
 
 from cdc_sync.core.model import Change, TableId, Truncate
-from cdc_sync.job.settle.applier import BatchApplier, BatchMetrics
+from cdc_sync.job.settle.applier import PARALLEL_COMMITS, BatchApplier, BatchMetrics
 from cdc_sync.mapping import TableRoute
 from cdc_sync.schema import RowSchema
 from cdc_sync.sinks.base import WriteResult
@@ -72,3 +72,20 @@ def test_a_failed_commit_fails_the_batch_after_the_others_ended() -> None:
     with pytest.raises(OSError, match="disk full"):
         applier()._commit([sink], {t: {"delta": []} for t in TABLES}, BatchMetrics(1))
     assert sink.barrier.n_waiting == 0  # no commit left running
+
+
+def test_the_batches_of_an_applier_commit_on_the_same_threads() -> None:
+    """A batch's own pool started and joined its threads every batch (a tenth of a small batch's
+    time on a busy driver): five batches of three tables commit on the applier's few threads
+    (at most PARALLEL_COMMITS), not on three new ones each."""
+    threads: list[threading.Thread] = []  # kept alive: a new thread is a new object
+
+    class ThreadRecordingSink(MeetingSink):
+        def apply(self, route: TableRoute, changes: Sequence[Change]) -> WriteResult:
+            threads.append(threading.current_thread())
+            return super().apply(route, changes)
+
+    sink, kept = ThreadRecordingSink(len(TABLES)), applier()
+    for batch_id in range(1, 6):
+        kept._commit([sink], {t: {"delta": []} for t in TABLES}, BatchMetrics(batch_id))
+    assert len(threads) == 5 * len(TABLES) and len(set(threads)) <= PARALLEL_COMMITS

@@ -8,21 +8,25 @@ import tempfile
 from pathlib import Path
 
 
-def write_atomically(path: Path, text: str) -> None:
-    """Write to a temp file beside `path`, fsync, rename over it, fsync the directory."""
+def write_atomically(path: Path, text: str, durable: bool = True) -> None:
+    """Write to a temp file beside `path`, fsync, rename over it, fsync the directory.
+    `durable=False` skips both fsyncs: a reader still sees the old file or the new one, whole,
+    but a crash of the machine may bring back the old one (for what the next write renews)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as file:
             file.write(text)
             file.flush()
-            os.fsync(file.fileno())
+            if durable:
+                os.fsync(file.fileno())
         os.replace(temp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temp)
         raise
-    _fsync_dir(path.parent)
+    if durable:
+        _fsync_dir(path.parent)
 
 
 def _fsync_dir(directory: Path) -> None:

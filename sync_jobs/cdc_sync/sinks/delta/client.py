@@ -28,6 +28,9 @@ from cdc_sync.sinks.delta.merge_plan import datafusion_quote, merge_plan
 from cdc_sync.sinks.delta.target import table_path
 from cdc_sync.sinks.delta.tombstones import TombstoneStore
 
+# Tables whose tombstones record at once: as many as the driver commits tables in parallel.
+RECORDERS = 8
+
 
 class DeltaLakeWriter:
     def __init__(self, warehouse: Path, tombstone_retention_seconds: int) -> None:
@@ -36,15 +39,17 @@ class DeltaLakeWriter:
         self.tombstones = TombstoneStore(
             warehouse, tombstone_retention_seconds, handles=self.handles
         )
+        # Kept across batches (tables commit in parallel, each records its tombstones beside
+        # its MERGE): a pool a write started and joined its thread every batch.
+        self._recorders = ThreadPoolExecutor(RECORDERS, thread_name_prefix="delta-tombstones")
 
     def write_batch(self, route: DeltaRoute, actions: DeltaActions) -> WriteResult:
         source, fenced = self.tombstones.drop_fenced(route, actions)
-        with ThreadPoolExecutor(1, thread_name_prefix="delta-tombstones") as pool:
-            recording = pool.submit(self.tombstones.record, route, actions)
-            try:
-                return self._merge(route, actions, source, fenced)
-            finally:
-                recording.result()  # its error, if any, fails the write too
+        recording = self._recorders.submit(self.tombstones.record, route, actions)
+        try:
+            return self._merge(route, actions, source, fenced)
+        finally:
+            recording.result()  # its error, if any, fails the write too
 
     def truncate(self, route: DeltaRoute, version: int) -> int:
         table = self.handles.get(table_path(self.warehouse, route))

@@ -155,7 +155,7 @@ class TombstoneStore:
             stones.filter(
                 pc.is_in(stones[TOMBSTONE_ID], value_set=pa.array(doc_ids, type=pa.string()))
             )
-            .group_by(TOMBSTONE_ID)
+            .group_by(TOMBSTONE_ID, use_threads=False)  # a batch's few ids: no thread hops
             .aggregate([(VERSION, "max")])
         )
         return dict(
