@@ -82,6 +82,32 @@ def test_floors_survive_a_restart_and_only_grow(tmp_path: Path) -> None:
     assert loaded.for_batch(4) == floors
 
 
+def test_a_batch_that_left_the_floors_as_it_found_them_is_not_written_yet_read_right(
+    tmp_path: Path,
+) -> None:
+    """A batch that changed no floor spares its two fsyncs; what the file then tells a re-run of
+    that batch, and the batches after it, is what it would have told them written."""
+    path = tmp_path / "cdc_sync_versions.json"
+    store = FileVersionFloors(path)
+    assert store.load() == StoredFloors()
+    store.save(StoredFloors(1, {}, {}))  # nothing held, nothing to hold: no file
+    assert not path.exists()
+    floors = {(TOPIC, 0): 1000}
+    store.save(StoredFloors(2, {}, floors))
+    written = path.stat().st_mtime_ns, path.read_text()
+    store.save(StoredFloors(3, floors, floors))  # unchanged: not written
+    store.save(StoredFloors(4, floors, floors))
+    assert (path.stat().st_mtime_ns, path.read_text()) == written
+    loaded = FileVersionFloors(path).load()
+    assert loaded.for_batch(4) == loaded.for_batch(5) == floors  # a re-run of 4, and 5
+    raised_again = {(TOPIC, 0): 2000}
+    store.save(StoredFloors(5, floors, raised_again))  # changed: written
+    again = FileVersionFloors(path)
+    assert again.load() == StoredFloors(5, floors, raised_again)
+    again.save(StoredFloors(6, raised_again, raised_again))  # as loaded: not written
+    assert again.load() == StoredFloors(5, floors, raised_again)
+
+
 def test_a_batch_rerun_after_a_crash_starts_from_the_floors_it_started_from() -> None:
     """Floors are saved before Spark commits the batch's offsets; a crash in between re-runs the
     batch under the same id. From its own floors, its first transaction after the snapshot would

@@ -3,11 +3,11 @@
 Decoding a batch may need what earlier batches saw in the same partition (the version floors,
 job.decode.version_floors; the keys a transaction that straddles the boundary created,
 job.decode.open_transactions). Such state belongs to the checkpoint like the offsets: a new
-checkpoint replays the topics from the start and rebuilds it. It is saved after every sink
-acknowledged a batch and before Spark commits the batch's offsets, with the batch id and the
-state the batch started from: a batch that re-runs after a crash in between (Spark re-runs it
-under the same id) starts from that state again, never from the state its own records left,
-so a re-run decodes exactly as the first run did.
+checkpoint replays the topics from the start and rebuilds it. It is saved (when the batch
+changed it) after every sink acknowledged a batch and before Spark commits the batch's offsets,
+with the batch id and the state the batch started from: a batch that re-runs after a crash in
+between (Spark re-runs it under the same id) starts from that state again, never from the state
+its own records left, so a re-run decodes exactly as the first run did.
 
 The file: `{"format": N, "batch": id, "before": [entries], "after": [entries]}`, an entry being
 `{"topic", "partition", ...the value's fields}`; written atomically.
@@ -65,11 +65,14 @@ class PerBatchFile(Generic[V]):
         self._corrupt = corrupt
         self._advice = advice
         self._dropped = dict(dropped or {})
+        self._held: dict[Where, V] | None = None  # the file's `after`, as last read or written
 
     def load(self) -> PerBatch[V]:
+        self._held = None
         try:
             text = self.path.read_text(encoding="utf-8")
         except FileNotFoundError:
+            self._held = {}
             return PerBatch()
         try:
             document = json.loads(text)
@@ -78,15 +81,23 @@ class PerBatchFile(Generic[V]):
                 return PerBatch()
             if document.get("format") != self.format:
                 raise ValueError(f"expected format {self.format}")
-            return PerBatch(
+            stored = PerBatch(
                 int(document["batch"]),
                 self._values(document["before"]),
                 self._values(document["after"]),
             )
+            self._held = stored.after
+            return stored
         except (ValueError, KeyError, TypeError, AttributeError) as error:
             raise self._corrupt(f"{self.path}: {self._advice.format(error=error)}") from error
 
     def save(self, stored: PerBatch[V]) -> None:
+        """Writes `stored`, unless the batch left the state as it found it and the file holds
+        that state already: then the file tells a re-run of this batch, and the next batch,
+        what it tells them written (both start from its `after`), and a batch is spared two
+        fsyncs (a tenth to a fifth of a small batch's time on a busy driver, py-spy 2026-11-28)."""
+        if self._held is not None and stored.before == stored.after == self._held:
+            return
         document = {
             "format": self.format,
             "batch": stored.batch_id,
@@ -94,6 +105,7 @@ class PerBatchFile(Generic[V]):
             "after": self._entries(stored.after),
         }
         write_atomically(self.path, json.dumps(document, indent=1) + "\n")
+        self._held = dict(stored.after)
 
     def _entries(self, values: Mapping[Where, V]) -> list[dict[str, Any]]:
         return [
