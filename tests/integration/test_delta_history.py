@@ -4,19 +4,23 @@ place, delete and re-insert, TRUNCATE, and replays that leave the table as it is
 from __future__ import annotations
 
 import dataclasses
+import uuid
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pytest
-from deltalake import DeltaTable
+from deltalake import DeltaTable, write_deltalake
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from cdc_sync.core.model import Change, TableId, Truncate
 from cdc_sync.job.decode.fold import fold_key
 from cdc_sync.mapping import DeltaRoute, Policies, TableRoute
 from cdc_sync.sinks.delta import DeltaSink
-from cdc_sync.sinks.delta.history import interval_problems
+from cdc_sync.sinks.delta.history import ID, interval_problems
+from cdc_sync.sinks.delta.history_writer import _stored_rows
 from cdc_sync.sinks.delta.readback import history_rows
 from tests.changes import change as routed_change
 from tests.envelopes import PRODUCT_FIELDS, coords, field, product
@@ -150,3 +154,26 @@ def test_a_widened_number_column_is_widened_in_the_history_too(tmp_path: Path) -
     data = DeltaTable(str(path)).to_pyarrow_table()
     assert data.schema.field("stock").type == pa.int64()
     assert sorted(data["stock"].to_pylist()) == [5, 2**40]
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    held=st.lists(st.text(max_size=12), min_size=1, max_size=6, unique=True),
+    asked=st.lists(st.text(max_size=6), max_size=4),
+    data=st.data(),
+)
+def test_the_rows_of_the_changed_keys_are_found_whatever_their_ids_hold(
+    tmp_path: Path, held: list[str], asked: list[str], data: st.DataObject
+) -> None:
+    """The rows of a batch's keys are filtered in a query (DataFusion SQL, ids as quoted
+    literals): quotes, backslashes, NULs and any text in a key find exactly that key's rows."""
+    path = tmp_path / uuid.uuid4().hex  # one table an example (tmp_path is the test's)
+    write_deltalake(
+        str(path), pa.table({ID: pa.array(held), "n": pa.array(range(len(held)), pa.int64())})
+    )
+    wanted = data.draw(st.lists(st.sampled_from(held), max_size=4)) + asked
+    found = _stored_rows(DeltaTable(str(path)), wanted)
+    expected = {doc_id: [{ID: doc_id, "n": n}] for n, doc_id in enumerate(held) if doc_id in wanted}
+    assert dict(found) == expected

@@ -21,7 +21,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import DeltaTable, write_deltalake
+from deltalake import DeltaTable, QueryBuilder, write_deltalake
 
 from cdc_sync.core.model import Change, id_digest
 from cdc_sync.mapping import DeltaRoute, TableRoute
@@ -178,12 +178,18 @@ def _routed_track(route: TableRoute, track: tuple[str, ...] | None) -> frozenset
 
 
 def _stored_rows(table: DeltaTable, ids: list[str]) -> dict[str, list[dict[str, Any]]]:
-    # Filtered in memory: delta-rs' string_view statistics do not compare with a string set.
-    data = table.to_pyarrow_table()
-    held = data.filter(pc.is_in(data[ID].cast(pa.string()), pa.array(ids, type=pa.string())))
+    """The history's rows of `ids`. Filtered while DataFusion scans the files: the whole table
+    read into memory each batch (a pyarrow dataset filter cannot compare delta-rs'
+    string_view statistics with a string set) cost twice the CPU and held every row the
+    history ever kept, per batch (300,000 rows: 47 -> 20 ms CPU)."""
     found: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for row in held.to_pylist():
-        found[str(row[ID])].append(row)
+    if not ids:
+        return found
+    wanted = ", ".join("'" + doc_id.replace("'", "''") + "'" for doc_id in ids)
+    query = f"SELECT * FROM history WHERE {datafusion_quote(ID)} IN ({wanted})"
+    for batch in QueryBuilder().register("history", table).execute(query):
+        for row in pa.record_batch(batch).to_pylist():
+            found[str(row[ID])].append(row)
     return found
 
 
