@@ -56,7 +56,7 @@ from cdc_sync.sinks.delta import readback as delta_readback
 from cdc_sync.sinks.delta.history import ID, VERSION_LAST
 from cdc_sync.sinks.delta.history_writer import erased_versions, record_erased
 from cdc_sync.sinks.delta.maintenance import purge as purge_table
-from cdc_sync.sinks.delta.merge_plan import datafusion_quote
+from cdc_sync.sinks.delta.merge_plan import datafusion_quote, datafusion_string
 from cdc_sync.sinks.delta.target import history_path, open_table, table_path
 from cdc_sync.sinks.delta.tombstones import TombstoneStore
 from cdc_sync.sinks.redis import RedisSink
@@ -333,7 +333,7 @@ def _delete_history(warehouse: Path, route: TableRoute, ids: Sequence[str]) -> i
     held = pc.is_in(data[ID].cast(pa.string()), pa.array(list(ids), type=pa.string()))
     if not pc.any(held).as_py():
         return 0
-    quoted = ", ".join("'" + i.replace("'", "''") + "'" for i in ids)
+    quoted = ", ".join(datafusion_string(i) for i in ids)
     metrics = table.delete(f"{datafusion_quote(ID)} IN ({quoted})")
     return int(metrics.get("num_deleted_rows", 0))
 

@@ -24,7 +24,7 @@ from cdc_sync.sinks.delta.actions import (
     truncate_predicate,
 )
 from cdc_sync.sinks.delta.handles import TableHandles
-from cdc_sync.sinks.delta.merge_plan import datafusion_quote, merge_plan
+from cdc_sync.sinks.delta.merge_plan import datafusion_quote, datafusion_string, merge_plan
 from cdc_sync.sinks.delta.target import table_path
 from cdc_sync.sinks.delta.tombstones import TombstoneStore
 
@@ -119,7 +119,7 @@ def _sql_literal(value: Any) -> str:
     if isinstance(value, datetime):
         micros = (value - _EPOCH) // timedelta(microseconds=1)
         return f"arrow_cast({micros}, '{_UTC_MICROS}')"
-    return "'" + str(value).replace("'", "''") + "'"
+    return datafusion_string(str(value))
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

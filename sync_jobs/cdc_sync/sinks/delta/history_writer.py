@@ -43,7 +43,7 @@ from cdc_sync.sinks.delta.history import (
     recompute,
     stored_version,
 )
-from cdc_sync.sinks.delta.merge_plan import datafusion_quote
+from cdc_sync.sinks.delta.merge_plan import datafusion_quote, datafusion_string
 from cdc_sync.sinks.delta.target import ensure_history, erased_path, history_path, open_table
 
 DROP = "_cdc_drop"  # merge-source control column: remove this stored row
@@ -189,7 +189,7 @@ def _rows_of(table: DeltaTable, ids: Iterable[str]) -> Iterator[dict[str, Any]]:
     the whole table read into memory and filtered there (a pyarrow dataset filter cannot compare
     delta-rs' string_view statistics with a string set): that cost twice the CPU and held every
     row the table ever kept, per batch (300,000 rows: 47 -> 20 ms CPU)."""
-    wanted = ", ".join("'" + doc_id.replace("'", "''") + "'" for doc_id in ids)
+    wanted = ", ".join(datafusion_string(doc_id) for doc_id in ids)
     if not wanted:
         return
     query = f"SELECT * FROM rows WHERE {datafusion_quote(ID)} IN ({wanted})"

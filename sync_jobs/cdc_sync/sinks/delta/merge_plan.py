@@ -36,6 +36,11 @@ def datafusion_quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
+def datafusion_string(value: str) -> str:
+    """`value` as a DataFusion SQL string literal."""
+    return "'" + value.replace("'", "''") + "'"
+
+
 def spark_quote(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
