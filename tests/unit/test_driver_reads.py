@@ -12,7 +12,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from cdc_sync.job.batch_phases import READERS, DriverPhases, SmallBatches
+from cdc_sync.job.batch_phases import READERS, DriverPhases, SmallBatches, read_pool
 from cdc_sync.job.decode.partition import FOLDED_SCHEMA
 from cdc_sync.source.offsets import PartitionRange, to_offset_json
 from cdc_sync.source.options import KafkaSourceOptions
@@ -60,7 +60,7 @@ def test_the_ranges_are_read_at_once_and_decoded_in_their_order() -> None:
         seen.append((table["topic"][0].as_py(), table["offset"].to_pylist()))
         yield pa.RecordBatch.from_pylist([], schema=FOLDED_SCHEMA)
 
-    phases = DriverPhases(OPTIONS, RANGES, RecentReads(read=broker, ahead=0))
+    phases = DriverPhases(OPTIONS, RANGES, read_pool(), RecentReads(read=broker, ahead=0))
     assert phases.decode(decode_fold) == []
     assert seen == [(span.topic, list(range(span.start, span.end))) for span in RANGES]
     assert len(phases.changes) == len(RANGES)

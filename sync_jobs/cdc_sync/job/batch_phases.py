@@ -23,7 +23,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
-from contextlib import nullcontext
 from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
@@ -118,11 +117,11 @@ class DriverPhases:
         self,
         options: KafkaSourceOptions,
         ranges: list[PartitionRange],
+        readers: Executor,
         reads: RecentReads = SHARED,
-        readers: Executor | None = None,
     ) -> None:
         """`readers`: the threads the ranges are read on (`SmallBatches` keeps them across
-        batches); without, a pool of this batch's own."""
+        batches: `read_pool`)."""
         self.options = options
         self.ranges = ranges
         self.reads = reads
@@ -134,9 +133,8 @@ class DriverPhases:
         in range order as its read arrives: a batch's time at the broker is its slowest
         range's, not the sum of all (a consumer and a fetch each, 0.05-0.3 s)."""
         side: list[dict[str, Any]] = []
-        with nullcontext(self.readers) if self.readers else read_pool() as pool:
-            for records in pool.map(self._records, self.ranges):
-                side += self._decode(decode_fold, records)
+        for records in self.readers.map(self._records, self.ranges):
+            side += self._decode(decode_fold, records)
         return side
 
     def _records(self, span: PartitionRange) -> list[pa.RecordBatch]:
@@ -196,7 +194,7 @@ class SmallBatches:
         ranges = self._ranges(batch_id)
         if ranges is None:
             return SparkPhases(batch)
-        return DriverPhases(self.options, ranges, self.reads, self.readers)
+        return DriverPhases(self.options, ranges, self.readers, self.reads)
 
     def _ranges(self, batch_id: int) -> list[PartitionRange] | None:
         """The batch's ranges, or None when the batch is large or its start is not in the
