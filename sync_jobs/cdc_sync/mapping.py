@@ -188,10 +188,14 @@ class TableRoute:
         return sink_changes(self, {s: self.shape(s) for s in self.sinks()}, schema, changes)
 
     def project(self, row: Mapping[str, Any]) -> dict[str, Any]:
-        kept = row if self.columns is None else {c: row[c] for c in self.columns if c in row}
+        kept = dict(row) if self.columns is None else {c: row[c] for c in self.columns if c in row}
+        if not self.rename:  # the common route, once a record: no dict rebuilt name by name
+            return kept
         return {self.rename.get(name, name): value for name, value in kept.items()}
 
     def project_columns(self, names: frozenset[str]) -> frozenset[str]:
+        if not names:  # nearly every change: no unavailable or uncertain column
+            return names
         kept = names if self.columns is None else names & frozenset(self.columns)
         return frozenset(self.rename.get(name, name) for name in kept)
 

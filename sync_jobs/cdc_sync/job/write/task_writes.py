@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
+from cdc_sync.core.collector import collect_less_often
 from cdc_sync.core.model import Change, TruncateFence
 from cdc_sync.job.decode.partition import load_change
 from cdc_sync.job.settle.schema_changes import SchemaState
@@ -42,6 +43,7 @@ class WritePlan:
 
 
 def write_partition(batches: Iterator[pa.RecordBatch], plan: WritePlan) -> Iterator[pa.RecordBatch]:
+    collect_less_often()  # in Spark's Python workers too (core.collector)
     by_table = _changes_by_table(batches)
     if not by_table:
         return
