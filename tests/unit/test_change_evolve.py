@@ -92,3 +92,22 @@ def test_change_has_no_post_init_for_evolve_to_skip() -> None:
     # evolve builds the copy without __init__: a __post_init__ added to Change (a check, a
     # derived field) would be skipped by it, and evolve must then call it.
     assert not hasattr(Change, "__post_init__")
+
+
+@given(st.none() | st.just({"id": 1, "sku": "a"}), updates, st.sampled_from(list(Op)))
+def test_a_pickled_change_loads_with_every_field_as_it_was(
+    row: dict[str, Any] | None, changes: dict[str, Any], op: Op
+) -> None:
+    """`Change.__reduce__` pickles plain values, not the fields by name: every field comes
+    back, those equality skips (schema, earlier, deleted_row) too, and the loaded change is a
+    frozen `Change` like any other."""
+    change = base(row).evolve(op=op, deleted_row=row, **changes)
+    loaded = pickle.loads(pickle.dumps(change, protocol=5))
+    assert type(loaded) is Change and loaded == change
+    for name in FIELD_NAMES:
+        assert getattr(loaded, name) == getattr(change, name), name
+    assert loaded.op is op and type(loaded.table) is TableId
+    assert type(loaded.coordinates) is Coordinates and loaded.coordinates == change.coordinates
+    assert [field.name for field in dataclasses.fields(loaded)] == FIELD_NAMES
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        loaded.version = 1  # type: ignore[misc]

@@ -30,6 +30,9 @@ class Op(StrEnum):
     READ = "r"  # snapshot row
 
 
+_OPS = {op.value: op for op in Op}
+
+
 @dataclass(frozen=True, order=True)
 class TableId:
     schema: str
@@ -166,6 +169,24 @@ class Change:
         evolved.__dict__.update(self.__dict__, **changes)
         return evolved
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled as plain values (its table, op and coordinates as their parts, the other
+        fields in field order, no names): a change is pickled by the decode task and loaded
+        by the write task, and the changes a driver sink commits once more
+        (job.decode.partition, job.write.task_writes); plain values pickle and load in C.
+        Loaded as `evolve` builds a copy."""
+        state = self.__dict__
+        table, where = self.table, self.coordinates
+        head = (
+            table.schema,
+            table.table,
+            self.op.value,
+            where.topic,
+            where.partition,
+            where.offset,
+        )
+        return (_change, (head, tuple(state[name] for name in _CHANGE_PLAIN_FIELDS)))
+
     @property
     def is_delete(self) -> bool:
         return self.op is Op.DELETE
@@ -195,6 +216,25 @@ class Change:
 
 
 _CHANGE_FIELDS = frozenset(f.name for f in fields(Change))
+_CHANGE_PLAIN_FIELDS = tuple(
+    f.name for f in fields(Change) if f.name not in ("table", "op", "coordinates")
+)
+_TABLES: dict[tuple[str, str], TableId] = {}  # one per table and process: few, never dropped
+
+
+def _change(head: tuple[Any, ...], values: tuple[Any, ...]) -> Change:
+    """A change from its pickled values (`Change.__reduce__`)."""
+    schema, name, op, topic, partition, offset = head
+    table = _TABLES.get((schema, name))
+    if table is None:
+        table = _TABLES.setdefault((schema, name), TableId(schema, name))
+    coordinates = object.__new__(Coordinates)
+    coordinates.__dict__.update(topic=topic, partition=partition, offset=offset)
+    change = object.__new__(Change)
+    state = change.__dict__
+    state.update(zip(_CHANGE_PLAIN_FIELDS, values, strict=True))
+    state.update(table=table, op=_OPS[op], coordinates=coordinates)
+    return change
 
 
 @dataclass(frozen=True)
