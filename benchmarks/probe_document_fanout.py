@@ -67,7 +67,6 @@ from e2ebench.ceiling import (  # noqa: E402
 )
 from e2ebench.report import run_header  # noqa: E402
 
-from cdc_sync.core.collector import collect_less_often  # noqa: E402
 from cdc_sync.core.model import Change, Coordinates, Op, TableId  # noqa: E402
 from cdc_sync.core.types import RowSchema  # noqa: E402
 from cdc_sync.documents.comparisons import schema_types  # noqa: E402
@@ -377,7 +376,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    collect_less_often()  # as the job's driver runs (core.collector)
     sizes = args.roots_list or [args.roots]
     stamp = f"{datetime.now(UTC):%Y-%m-%d-%H%M}"
     output = args.output or ROOT / "benchmarks" / "results" / f"probe-ceiling-{stamp}.json"

@@ -80,7 +80,6 @@ from e2ebench.raw import UPDATE_CHUNK  # noqa: E402
 from opensearchpy.serializer import JSONSerializer  # noqa: E402
 from probe_document_fanout import CountingWriter  # noqa: E402
 
-from cdc_sync.core.collector import collect_less_often  # noqa: E402
 from cdc_sync.core.model import Change, Coordinates, Op, TableId  # noqa: E402
 from cdc_sync.debezium.connector import converter_modes  # noqa: E402
 from cdc_sync.documents.state import DocumentState  # noqa: E402
@@ -347,7 +346,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     start_process()
-    collect_less_often()  # as the job's driver runs (core.collector)
     args = parse_args(argv)
     output = args.output or (
         ROOT / "benchmarks" / "results" / f"probe-documents-{datetime.now(UTC):%Y-%m-%d-%H%M}.json"

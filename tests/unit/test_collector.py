@@ -1,16 +1,19 @@
-"""The job's processes run the cycle collector less often (core.collector): the driver from the
-job's start, Spark's Python workers from the first task of each phase."""
+"""The job's hot sections run the cycle collector less often (core.collector), and leave the
+process's thresholds as they found them."""
 
 from __future__ import annotations
 
 import gc
-import subprocess
-import sys
+import threading
 from collections.abc import Iterator
 
+import pyarrow as pa
 import pytest
 
-from cdc_sync.core.collector import YOUNG_THRESHOLD, collect_less_often
+from cdc_sync.core.collector import YOUNG_THRESHOLD, collecting_less
+from cdc_sync.job.write.task_writes import WRITES_SCHEMA, load_writes
+
+pytestmark = pytest.mark.unit
 
 
 @pytest.fixture
@@ -20,42 +23,79 @@ def thresholds() -> Iterator[None]:
     gc.set_threshold(*before)
 
 
-def test_the_young_threshold_is_raised_and_the_older_ones_kept(thresholds: None) -> None:
+def test_inside_a_section_the_young_threshold_is_raised_and_then_restored(
+    thresholds: None,
+) -> None:
     gc.set_threshold(700, 11, 12)
-    collect_less_often()
-    assert gc.get_threshold() == (YOUNG_THRESHOLD, 11, 12)
+    with collecting_less():
+        assert gc.get_threshold() == (YOUNG_THRESHOLD, 11, 12)
+    assert gc.get_threshold() == (700, 11, 12)
 
 
 def test_a_higher_threshold_set_by_the_user_stays(thresholds: None) -> None:
     gc.set_threshold(YOUNG_THRESHOLD * 5, 10, 10)
-    collect_less_often()
+    with collecting_less():
+        assert gc.get_threshold() == (YOUNG_THRESHOLD * 5, 10, 10)
     assert gc.get_threshold() == (YOUNG_THRESHOLD * 5, 10, 10)
 
 
 def test_a_disabled_collector_stays_disabled(thresholds: None) -> None:
     gc.disable()
     try:
-        collect_less_often()
+        with collecting_less():
+            assert not gc.isenabled()
         assert not gc.isenabled()
     finally:
         gc.enable()
 
 
-@pytest.mark.parametrize(
-    "call",
-    [
-        "from cdc_sync.job.decode.partition import decode_and_fold as f; list(f(iter([])))",
-        "from cdc_sync.job.write.task_writes import write_partition as f; "
-        "list(f(iter([]), plan=None))",
-    ],
-    ids=["decode_and_fold", "write_partition"],
-)
-def test_a_python_worker_runs_it_from_its_first_task(call: str) -> None:
-    """A fresh interpreter, as a Spark worker is: the phase's function raises the threshold
-    itself (no start-up code of the job runs there)."""
-    script = f"import gc; assert gc.get_threshold()[0] < {YOUNG_THRESHOLD}; {call}; "
-    script += "print(gc.get_threshold()[0])"
-    out = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, check=True
-    ).stdout
-    assert int(out) == YOUNG_THRESHOLD
+def test_the_threshold_comes_back_when_the_last_of_concurrent_sections_ends(
+    thresholds: None,
+) -> None:
+    """The driver's consumers run batches on threads: one ending its section while another is
+    inside it leaves the raise in place."""
+    gc.set_threshold(700, 10, 10)
+    inside, release = threading.Event(), threading.Event()
+
+    def other() -> None:
+        with collecting_less():
+            inside.set()
+            release.wait(10)
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    assert inside.wait(10)
+    with collecting_less():
+        pass
+    assert gc.get_threshold()[0] == YOUNG_THRESHOLD  # the other section is still inside
+    release.set()
+    thread.join(10)
+    assert gc.get_threshold() == (700, 10, 10)
+
+
+def test_a_section_that_raises_restores_the_threshold(thresholds: None) -> None:
+    gc.set_threshold(700, 10, 10)
+    with pytest.raises(RuntimeError), collecting_less():
+        raise RuntimeError("a write failed")
+    assert gc.get_threshold() == (700, 10, 10)
+
+
+def test_the_hot_paths_run_inside_a_section(
+    thresholds: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """load_writes unpickles a batch's changes inside one (the write task and the document step
+    wrap theirs the same way)."""
+    gc.set_threshold(700, 10, 10)
+    seen: list[int] = []
+    real_loads = __import__("pickle").loads
+
+    def loads(blob: bytes) -> object:
+        seen.append(gc.get_threshold()[0])
+        return real_loads(blob)
+
+    monkeypatch.setattr("cdc_sync.job.write.task_writes.pickle.loads", loads)
+    blob = __import__("pickle").dumps([])
+    rows = pa.RecordBatch.from_pylist([{"writes": blob}], schema=WRITES_SCHEMA).to_pylist()
+    assert load_writes(rows) == [[]]
+    assert seen == [YOUNG_THRESHOLD]
+    assert gc.get_threshold() == (700, 10, 10)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import atexit
 import functools
+import gc
 import json
 import logging
 import os
@@ -343,4 +344,7 @@ def _stop_reference_queue() -> None:
     import jpype
 
     if jpype.isJVMStarted():
+        # Garbage that still holds Java objects is freed now, while Java can take it back,
+        # rather than by the interpreter's last collection as it finalizes.
+        gc.collect()
         jpype.JClass("org.jpype.ref.JPypeReferenceQueue").getInstance().stop()

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from cdc_sync.core.collector import collecting_less
 from cdc_sync.core.logs import CONSOLE
 from cdc_sync.core.model import Change, Coordinates, Op, TableId, Truncate
 from cdc_sync.documents.builds import (
@@ -273,6 +274,18 @@ class DocumentSync:
         snapshot's rows that goes on behind it (`snapshot_goes_on`): then only the roots that
         snapshot read, of documents whose other tables it has read whole. A build behind the
         alias ends at the first batch that ends the backlog."""
+        # The batch's rows and the rendered documents live until the step ends: collected less
+        # often meanwhile (core.collector).
+        with collecting_less():
+            return self._apply(truncates, changes, records, batch_id)
+
+    def _apply(
+        self,
+        truncates: Sequence[Truncate],
+        changes: Mapping[TableId, Sequence[Change]],
+        records: int,
+        batch_id: int | None,
+    ) -> DocumentResult:
         truncates = [
             t
             for t in truncates

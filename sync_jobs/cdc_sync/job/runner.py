@@ -14,7 +14,6 @@ from py4j.protocol import Py4JError
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from cdc_sync.core.collector import collect_less_often
 from cdc_sync.core.logs import CONSOLE
 from cdc_sync.core.model import TableId
 from cdc_sync.core.settings import Connections
@@ -212,7 +211,6 @@ class SyncJob:
         `source`: the captured database, every Postgres read's (default: resolved here from the
         mapping's connector; refused before anything starts when CDC_SYNC_PG_URL names another).
         """
-        collect_less_often()  # the driver's batches and documents (core.collector)
         self.spark = spark
         self.connections = connections
         self.options = options

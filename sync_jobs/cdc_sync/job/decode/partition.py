@@ -25,7 +25,6 @@ from collections.abc import Iterator, Mapping, Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cdc_sync.core.collector import collect_less_often
 from cdc_sync.core.model import (
     UNVERSIONED,
     Change,
@@ -405,7 +404,6 @@ def decode_and_fold(
     `open_transactions`: what the batch before left open per partition
     (job.decode.open_transactions); a `KIND_OPEN` side row per partition tells what this batch
     leaves. `history_tables`: see `fold_batches`; `tables`: see `decode_batches`."""
-    collect_less_often()  # in Spark's Python workers too (core.collector)
     decoded = pa.Table.from_batches(
         list(decode_batches(batches, known, tombstone_deletes, floors, tables)),
         schema=DECODED_SCHEMA,

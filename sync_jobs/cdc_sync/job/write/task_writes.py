@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from cdc_sync.core.collector import collect_less_often
+from cdc_sync.core.collector import collecting_less
 from cdc_sync.core.model import Change, TruncateFence
 from cdc_sync.job.decode.partition import load_change
 from cdc_sync.job.settle.schema_changes import SchemaState
@@ -43,10 +43,18 @@ class WritePlan:
 
 
 def write_partition(batches: Iterator[pa.RecordBatch], plan: WritePlan) -> Iterator[pa.RecordBatch]:
-    collect_less_often()  # in Spark's Python workers too (core.collector)
+    # The partition's changes live until its writes end: collected less often meanwhile.
+    with collecting_less():
+        writes = _written(batches, plan)
+    if writes is not None:
+        yield pa.RecordBatch.from_pylist([{"writes": writes}], schema=WRITES_SCHEMA)
+
+
+def _written(batches: Iterator[pa.RecordBatch], plan: WritePlan) -> bytes | None:
+    """The partition's `TableWrite`s, pickled; None when it holds no change."""
     by_table = _changes_by_table(batches)
     if not by_table:
-        return
+        return None
     writes: list[TableWrite] = []
     with task_sinks(plan.spec) as opened:
         for table, changes in by_table.items():
@@ -58,9 +66,7 @@ def write_partition(batches: Iterator[pa.RecordBatch], plan: WritePlan) -> Itera
                         route, state, changes, opened.sinks, opened.filler, plan.defer, fence
                     )
                 )
-    yield pa.RecordBatch.from_pylist(
-        [{"writes": pickle.dumps(writes, protocol=5)}], schema=WRITES_SCHEMA
-    )
+    return pickle.dumps(writes, protocol=5)
 
 
 def _changes_by_table(batches: Iterator[pa.RecordBatch]) -> dict[str, list[Change]]:
@@ -89,8 +95,9 @@ def _changes_by_table(batches: Iterator[pa.RecordBatch]) -> dict[str, list[Chang
 def load_writes(rows: list[dict[str, object]]) -> list[list[TableWrite]]:
     """Per task, its `TableWrite`s."""
     tasks: list[list[TableWrite]] = []
-    for row in rows:
-        blob = row["writes"]
-        assert isinstance(blob, bytes)
-        tasks.append(pickle.loads(blob))
+    with collecting_less():
+        for row in rows:
+            blob = row["writes"]
+            assert isinstance(blob, bytes)
+            tasks.append(pickle.loads(blob))
     return tasks
