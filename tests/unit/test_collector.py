@@ -4,6 +4,7 @@ process's thresholds as they found them."""
 from __future__ import annotations
 
 import gc
+import pickle
 import threading
 from collections.abc import Iterator
 
@@ -11,6 +12,7 @@ import pyarrow as pa
 import pytest
 
 from cdc_sync.core.collector import YOUNG_THRESHOLD, collecting_less
+from cdc_sync.job.write import task_writes
 from cdc_sync.job.write.task_writes import WRITES_SCHEMA, load_writes
 
 pytestmark = pytest.mark.unit
@@ -80,22 +82,37 @@ def test_a_section_that_raises_restores_the_threshold(thresholds: None) -> None:
     assert gc.get_threshold() == (700, 10, 10)
 
 
-def test_the_hot_paths_run_inside_a_section(
+def test_the_drivers_load_of_the_writes_runs_inside_a_section(
     thresholds: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """load_writes unpickles a batch's changes inside one (the write task and the document step
-    wrap theirs the same way)."""
     gc.set_threshold(700, 10, 10)
     seen: list[int] = []
-    real_loads = __import__("pickle").loads
+    real_loads = pickle.loads
 
     def loads(blob: bytes) -> object:
         seen.append(gc.get_threshold()[0])
         return real_loads(blob)
 
-    monkeypatch.setattr("cdc_sync.job.write.task_writes.pickle.loads", loads)
-    blob = __import__("pickle").dumps([])
-    rows = pa.RecordBatch.from_pylist([{"writes": blob}], schema=WRITES_SCHEMA).to_pylist()
+    monkeypatch.setattr(pickle, "loads", loads)
+    rows = pa.RecordBatch.from_pylist(
+        [{"writes": pickle.dumps([])}], schema=WRITES_SCHEMA
+    ).to_pylist()
     assert load_writes(rows) == [[]]
+    assert seen == [YOUNG_THRESHOLD]
+    assert gc.get_threshold() == (700, 10, 10)
+
+
+def test_the_write_task_reads_its_changes_inside_a_section(
+    thresholds: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gc.set_threshold(700, 10, 10)
+    seen: list[int] = []
+
+    def changes_by_table(batches: Iterator[pa.RecordBatch]) -> dict[str, list[object]]:
+        seen.append(gc.get_threshold()[0])
+        return {}
+
+    monkeypatch.setattr(task_writes, "_changes_by_table", changes_by_table)
+    assert list(task_writes.write_partition(iter([]), plan=None)) == []  # type: ignore[arg-type]
     assert seen == [YOUNG_THRESHOLD]
     assert gc.get_threshold() == (700, 10, 10)

@@ -30,7 +30,8 @@ class Op(StrEnum):
     READ = "r"  # snapshot row
 
 
-_OPS = {op.value: op for op in Op}
+# Each op by its value: a dict lookup, where Op(value) costs ten times as much a record.
+OPS = {op.value: op for op in Op}
 
 
 @dataclass(frozen=True, order=True)
@@ -233,7 +234,7 @@ def _change(head: tuple[Any, ...], values: tuple[Any, ...]) -> Change:
     change = object.__new__(Change)
     state = change.__dict__
     state.update(zip(_CHANGE_PLAIN_FIELDS, values, strict=True))
-    state.update(table=table, op=_OPS[op], coordinates=coordinates)
+    state.update(table=table, op=OPS[op], coordinates=coordinates)
     return change
 
 

@@ -19,6 +19,7 @@ from typing import Any
 import orjson
 
 from cdc_sync.core.model import (
+    OPS,
     Change,
     Coordinates,
     KnownSchemas,
@@ -32,7 +33,6 @@ from cdc_sync.schema import convert_row, row_schema_from_connect
 from cdc_sync.schema.unavailable import is_unavailable, is_uncertain
 
 TRUNCATE_OP = "t"
-OPS = {op.value: op for op in Op}  # a dict lookup: Op(value) costs ten times as much a record
 
 
 class MalformedRecord(ValueError):
