@@ -247,6 +247,13 @@ def _notes(result: dict[str, Any]) -> list[str]:
                     f"- {name}: {rate:.0f} changes/s, scans/change by table: {tables or 'none'}"
                 )
         fan = phase.get("fanout") or {}
+        renames = [r["all_seconds"] for r in fan.get("renames", [])]
+        if len(renames) > 1:
+            notes.append(
+                f"- {name}: fan-out, all orders visible after each rename: "
+                + ", ".join(cell(s) for s in renames)
+                + " s (the median is the figure)"
+            )
         if fan.get("missing"):
             notes.append(f"- {name}: fan-out: {fan['missing']} of {fan['orders']} never showed it")
     return notes
