@@ -442,6 +442,44 @@ def test_the_driver_reads_a_recreated_topic_from_its_start_when_told_to_continue
     assert [row["key"] for row in read] == [key for _, _, key, _ in fresh]
 
 
+def test_a_vanished_topic_is_forgotten_when_told_to_continue_and_read_from_its_start_later(
+    kafka: Any,
+) -> None:
+    """Topics re-created by a new snapshot, one of them for a table without rows: Debezium
+    makes no topic for it. Under failOnDataLoss=false its old offsets leave the plan (kept,
+    they would fail the next strict start as stale, and its first new records as lost); when
+    the topic exists again it is read from its start (the soak of 2026-11-29 found this)."""
+    kept, vanished = (f"{name}{uuid.uuid4().hex[:8]}" for name in ("kept", "vanished"))
+    create_topics(kafka.bootstrap, [kept], partitions=1)
+    fresh = one_partition(keyed_records([kept], 3, "new"))
+    produce(kafka, fresh)
+    checkpoint = {kept: {"0": 10}, vanished: {"0": 5}}  # both read before the re-creation
+
+    def plan(start: dict[str, dict[str, int]], fail_on_data_loss: bool) -> Any:
+        options = parse_options(
+            stream_options(
+                bootstrap=kafka.bootstrap,
+                flavor=kafka.flavor,
+                topics=[kept, vanished],
+                fail_on_data_loss=fail_on_data_loss,
+            )
+        )
+        planner = CdcKafkaStreamReader(options)
+        try:
+            return planner.latestOffset(start, ReadAllAvailable())
+        finally:
+            planner.stop()
+
+    # Strict: a vanished topic stops advancing (and is checked when it is back).
+    at_end = {kept: {"0": 3}, vanished: {"0": 5}}
+    assert plan(at_end, fail_on_data_loss=True) == at_end
+    lenient = plan(checkpoint, fail_on_data_loss=False)
+    assert lenient == {kept: {"0": 3}}
+    create_topics(kafka.bootstrap, [vanished], partitions=1)
+    produce(kafka, one_partition(keyed_records([vanished], 2, "back")))
+    assert plan(lenient, fail_on_data_loss=True) == {kept: {"0": 3}, vanished: {"0": 2}}
+
+
 def test_consumers_of_one_application_read_a_range_from_the_broker_once(kafka: Any) -> None:
     """The driver's small batches read through the process's `RecentReads`: the first read of
     a range takes what the broker holds past it too (never waiting for more), and a consumer

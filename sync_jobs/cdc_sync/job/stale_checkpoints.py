@@ -72,8 +72,8 @@ def refuse_stale_checkpoints(
     consumers: Sequence[Consumer], connections: Connections, root: Path, fail_on_data_loss: bool
 ) -> None:
     """At the job's start: stale checkpoints refuse it (StaleCheckpoints, one line per
-    consumer), or under failOnDataLoss=false are logged, the job going on (rebased, or idle
-    on missing topics until they come back)."""
+    consumer), or under failOnDataLoss=false are logged, the job going on (rebased; missing
+    topics forgotten, read from their start once they exist again)."""
     lines = stale_checkpoints(consumers, connections)
     if lines and fail_on_data_loss:
         raise StaleCheckpoints(root, lines)

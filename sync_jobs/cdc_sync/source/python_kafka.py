@@ -231,10 +231,17 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             latest = dict(self._available_now_target)
         else:
             latest = {tp: high for tp, (_, high) in marks.items()}
-        # Keep partitions that disappeared from metadata (a vanished topic stops advancing) and
-        # move none backwards except those rebased above (the partitions() of this batch then
-        # reads them from their low watermark).
-        end = dict(begin)
+        # Keep partitions that disappeared from metadata (a vanished topic stops advancing,
+        # checked when it is back) and move none backwards except those rebased above (the
+        # partitions() of this batch then reads them from their low watermark). Under
+        # failOnDataLoss=false a vanished topic is forgotten instead: its loss is accepted as a
+        # re-created topic's is, and when it exists again it is read from its low watermark, as
+        # any topic new since the checkpoint (a table with no rows gets no topic from a new
+        # snapshot: kept, its old offset would fail the next strict start, or rebase later).
+        if self.options.fail_on_data_loss:
+            end = dict(begin)
+        else:
+            end = {tp: offset for tp, offset in begin.items() if tp in marks}
         for tp, high in latest.items():
             end[tp] = max(high, starts.get(tp, 0))
         # Pre-4.2 calls carry no start, so there is nothing to cap against.
