@@ -51,7 +51,6 @@ import sys
 import threading
 import time
 from collections.abc import Iterable
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +89,7 @@ from e2ebench.pipeline import (  # noqa: E402
     start_job,
     stop_run,
 )
+from e2ebench.report import output_path  # noqa: E402
 
 from cdc_sync.localstack.stack import StackUrls  # noqa: E402
 from cdc_sync.mapping import MappingFile, load_mapping  # noqa: E402
@@ -415,10 +415,7 @@ def main(argv: list[str] | None = None) -> int:
         "baseline": None,
         "systems": {},
     }
-    stamp = f"{datetime.now(UTC):%Y-%m-%d-%H%M}"
-    default = ROOT / "benchmarks" / "results" / f"documents-{stamp}.json"
-    output = Path(args.output) if args.output else default
-    output.parent.mkdir(parents=True, exist_ok=True)
+    output = output_path(args.output, "documents")
     # pgsync before cdc-sync: the cdc-sync phase starts Debezium's JVM in this process, for good.
     for name in args.systems:
         log.info("== %s", name)

@@ -63,7 +63,7 @@ from e2ebench.pipeline import (  # noqa: E402
     wait_captured,
 )
 from e2ebench.printout import render  # noqa: E402
-from e2ebench.report import rss_drift, streaming_ceiling, targets  # noqa: E402
+from e2ebench.report import output_path, rss_drift, streaming_ceiling, targets  # noqa: E402
 from e2ebench.sampler import Sampler  # noqa: E402
 from e2ebench.sink_targets import clock_targets  # noqa: E402
 
@@ -452,8 +452,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.compare:
         print(render_growth([json.loads(Path(name).read_text()) for name in args.compare]))
         return 0
-    default = ROOT / "benchmarks" / "results" / f"e2e-{datetime.now(UTC):%Y-%m-%d-%H%M}.json"
-    output = Path(args.output) if args.output else default
+    output = output_path(args.output, "e2e")
     if args.growth:
         print("\n" + render_growth(growth(args, output)))
     else:

@@ -22,7 +22,6 @@ import logging
 import sys
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +42,7 @@ from e2ebench.pipeline import (  # noqa: E402
     start_job,
     stop_run,
 )
+from e2ebench.report import output_path  # noqa: E402
 from e2ebench.sampler import Sampler  # noqa: E402
 
 from cdc_sync.mapping import load_mapping  # noqa: E402
@@ -147,9 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     start_process()
     args = parse_args(argv)
     result = run(args)
-    default = ROOT / "benchmarks" / "results" / f"freeze-{datetime.now(UTC):%Y-%m-%d-%H%M}.json"
-    output = Path(args.output) if args.output else default
-    output.parent.mkdir(parents=True, exist_ok=True)
+    output = output_path(args.output, "freeze")
     output.write_text(json.dumps(result, indent=2, default=str))
     print(render(result))
     print(f"\nJSON: {output}")

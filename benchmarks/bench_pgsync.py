@@ -30,7 +30,6 @@ import signal
 import sys
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +49,7 @@ from e2ebench.pipeline import (  # noqa: E402
     start_job,
     stop_run,
 )
-from e2ebench.report import cell, ratio, run_header  # noqa: E402
+from e2ebench.report import cell, output_path, ratio, run_header  # noqa: E402
 from e2ebench.sampler import Sampler  # noqa: E402
 
 from cdc_sync.core.model import TableId  # noqa: E402
@@ -341,9 +340,7 @@ def main(argv: list[str] | None = None) -> int:
         **run_header(args),
         "systems": {},
     }
-    default = ROOT / "benchmarks" / "results" / f"pgsync-{datetime.now(UTC):%Y-%m-%d-%H%M}.json"
-    output = Path(args.output) if args.output else default
-    output.parent.mkdir(parents=True, exist_ok=True)
+    output = output_path(args.output, "pgsync")
     # pgsync first: the cdc-sync phase starts Debezium's JVM in this process, for good.
     for name in args.systems:
         log.info("== %s", name)

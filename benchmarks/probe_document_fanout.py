@@ -38,7 +38,6 @@ import tempfile
 import time
 import tracemalloc
 from collections.abc import Callable, Iterator, Sequence
-from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
@@ -65,7 +64,7 @@ from e2ebench.ceiling import (  # noqa: E402
     renamed_product,
     state_json,
 )
-from e2ebench.report import run_header  # noqa: E402
+from e2ebench.report import output_path, run_header  # noqa: E402
 
 from cdc_sync.core.model import Change, Coordinates, Op, TableId  # noqa: E402
 from cdc_sync.core.types import RowSchema  # noqa: E402
@@ -377,9 +376,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     sizes = args.roots_list or [args.roots]
-    stamp = f"{datetime.now(UTC):%Y-%m-%d-%H%M}"
-    output = args.output or ROOT / "benchmarks" / "results" / f"probe-ceiling-{stamp}.json"
-    output.parent.mkdir(parents=True, exist_ok=True)
+    output = output_path(args.output, "probe-ceiling")
     result: dict[str, Any] = {**run_header(args), "sizes": []}
     for roots in sizes:
         result["sizes"].append(run_size(roots, args))

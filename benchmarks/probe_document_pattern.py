@@ -44,7 +44,6 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +76,7 @@ from e2ebench.docwrites import (  # noqa: E402
 )
 from e2ebench.load import PRODUCTS  # noqa: E402
 from e2ebench.raw import UPDATE_CHUNK  # noqa: E402
+from e2ebench.report import output_path  # noqa: E402
 from opensearchpy.serializer import JSONSerializer  # noqa: E402
 from probe_document_fanout import CountingWriter  # noqa: E402
 
@@ -347,9 +347,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     start_process()
     args = parse_args(argv)
-    output = args.output or (
-        ROOT / "benchmarks" / "results" / f"probe-documents-{datetime.now(UTC):%Y-%m-%d-%H%M}.json"
-    )
+    output = output_path(args.output, "probe-documents")
     result: dict[str, Any] = run_header(args)
     mapping = load_mapping(MAPPING)
     spec = mapping.documents[DOCUMENT]
@@ -402,7 +400,6 @@ def main(argv: list[str] | None = None) -> int:
         "cases": [result_json(r, raw) for r in results],
         "verdict": line,
     }
-    output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(result, indent=2, default=str) + "\n")
     print(f"JSON: {output}")
     return 0

@@ -25,7 +25,6 @@ import statistics
 import sys
 import tempfile
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +33,7 @@ sys.path[:0] = [str(ROOT), str(Path(__file__).resolve().parent)]  # e2ebench.*
 
 from bench_pgsync import run_header, start_process  # noqa: E402
 from e2ebench.raw import wait_quantile  # noqa: E402
+from e2ebench.report import output_path  # noqa: E402
 from opensearchpy import OpenSearch  # noqa: E402
 
 from cdc_sync.localstack.process import stop_pid  # noqa: E402
@@ -122,9 +122,7 @@ def stream(client: OpenSearch, documents: Documents, args: argparse.Namespace) -
 def main(argv: list[str] | None = None) -> int:
     start_process()
     args = parse_args(argv)
-    output = args.output or (
-        ROOT / "benchmarks" / "results" / f"probe-stalls-{datetime.now(UTC):%Y-%m-%d-%H%M}.json"
-    )
+    output = output_path(args.output, "probe-stalls")
     result: dict[str, Any] = run_header(args)
     documents = Documents(args.documents, args.versioned)
     with tempfile.TemporaryDirectory(prefix="probe-stalls-") as tmp:
@@ -161,7 +159,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"bulks slower than {SLOW_SECONDS} s (second of the stream, seconds): {slow}")
     print(f"then {args.fanout:,} documents in one bulk: {result['fanout_seconds']} s")
-    output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(result, indent=2) + "\n")
     print(f"JSON: {output}")
     return 0

@@ -8,11 +8,23 @@ import os
 import platform
 import statistics
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from e2ebench.floors import all_sinks_floor
 
 SINKS = ("search", "redis", "delta")
+
+
+RESULTS = Path(__file__).resolve().parents[1] / "results"
+
+
+def output_path(given: str | Path | None, kind: str) -> Path:
+    """Where a run's JSON goes: `given` (its --output), else benchmarks/results/<kind>-<date>.json;
+    the folder made."""
+    output = Path(given) if given else RESULTS / f"{kind}-{datetime.now(UTC):%Y-%m-%d-%H%M}.json"
+    output.parent.mkdir(parents=True, exist_ok=True)
+    return output
 
 
 def run_header(args: argparse.Namespace) -> dict[str, Any]:
