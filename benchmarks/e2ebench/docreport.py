@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from e2ebench.docbound import AS_INDEXED, bound_line, drain_bounds
+from e2ebench.docbound import AS_INDEXED, IN_PLACE, bound_line, drain_bounds
 from e2ebench.pgload import sync_share, unit_costs
 from e2ebench.report import cell, ratio, table, whole_processes
 
@@ -168,7 +168,11 @@ def _bounds(result: dict[str, Any]) -> list[str]:
     raw = phase.get("raw_rewrites")
     if not raw:
         return []
-    names = {AS_INDEXED: "mapped as the index is", "object": "every relation `object` (reference)"}
+    names = {
+        AS_INDEXED: "mapped as the index is",
+        "object": "every relation `object` (reference)",
+        IN_PLACE: "in the run's own index, after its steps",
+    }
     rates = "; ".join(
         f"{names.get(kind, kind)} {r['rate']:,.0f}/s ({r['documents']:,} documents)"
         for kind, r in raw.items()

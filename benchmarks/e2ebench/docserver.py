@@ -12,7 +12,7 @@ from typing import Any
 from opensearchpy import OpenSearch
 from opensearchpy.helpers import scan
 
-from e2ebench.docbound import AS_INDEXED
+from e2ebench.docbound import AS_INDEXED, IN_PLACE
 from e2ebench.docwrites import (
     Document,
     Pass,
@@ -126,18 +126,38 @@ class Server:
         finally:
             self.client.indices.delete(index=name)
 
+    def rewrites_in_place(self, index: str, documents: Sequence[Document]) -> Pass:
+        """The server's own rate of rewriting these documents where they are: in `index` as
+        the run left it (every rewrite it has had is part of the work the server does for it),
+        plain `_bulk` of RAW_REWRITE_BULK, no versions, one writer; twice with a changed
+        customer, the faster pass kept."""
+        passes = [
+            self.send(
+                bulk_bodies(index, renamed(documents, f"In place {n}"), RAW_REWRITE_BULK, None), 1
+            )
+            for n in (1, 2)
+        ]
+        return max(passes, key=lambda p: p.rate)
+
+    def concrete(self, index: str) -> str:
+        """The index behind `index` (an alias or an index)."""
+        return str(next(iter(self.client.indices.get_mapping(index=index))))
+
 
 def raw_rewrite_rates(url: str, pid: int, index: str, sample: int) -> dict[str, Any]:
-    """The raw rewrite rate of `sample` documents of `index` on its own server, into scratch
-    indices mapped as `index` is (`AS_INDEXED`) and with every relation `object`, per mapping
-    (each pass as `pass_json` gives it)."""
+    """The raw rewrite rate of `sample` documents of `index` on its own server: into scratch
+    indices mapped as `index` is (`AS_INDEXED`) and with every relation `object`, then in
+    `index` itself (`IN_PLACE`: last, it changes their content), per case (each pass as
+    `pass_json` gives it)."""
     server = Server(url, pid, 1)
     try:
         documents = server.documents(index, sample)
         mapping = server.mapping(index)
-        return {
+        found = {
             kind: pass_json(server.raw_rewrites(shape, documents, f"bench_raw_documents_{kind}"))
             for kind, shape in ((AS_INDEXED, mapping), ("object", as_objects(mapping)))
         }
+        found[IN_PLACE] = pass_json(server.rewrites_in_place(server.concrete(index), documents))
+        return found
     finally:
         server.close()

@@ -59,3 +59,20 @@ def test_no_drained_step_or_no_raw_rate_claims_nothing() -> None:
     assert drain_bounds([100], [step(100, False, 10, 5)], RAW)[0]["server_allows"] is None
     assert drain_bounds([20], [step(20, True, 10, 5)], None)[0]["server_allows"] is None
     assert "no bound" in bound_line(drain_bounds([20], [], RAW)[0], drains=False)
+
+
+def test_the_runs_own_index_bounds_the_rate_when_it_rewrites_slower_than_a_fresh_one() -> None:
+    # The local server's work for a document grows with the rewrites its index has had: a
+    # rate the fresh scratch index allows may be beyond the index the steps wrote.
+    steps = [step(20, True, 1000, 7420), step(100, False, 6000, 900)]
+    aged = {**RAW, "nested": {"rate": 1260.0}, "in_place": {"rate": 300.0}}
+
+    hundred = drain_bounds([100], steps, aged)[0]
+
+    assert hundred["raw_rewrites_per_second"] == 300.0 and hundred["server_allows"] is False
+    assert (
+        drain_bounds([100], steps, {**aged, "in_place": {"rate": 2000.0}})[0][
+            "raw_rewrites_per_second"
+        ]
+        == 1260.0
+    )
