@@ -11,8 +11,8 @@ same documents into an index mapped as this one is, measured in the same run
 is the most any writer of these documents gets from it: a rate needing more documents/s than
 that cannot drain here, for any system that keeps every reached document current. The same
 rewrites in the run's own index after its steps (`IN_PLACE`) count where they were measured:
-the local search server's work for a document grows with the rewrites its index has had
-(benchmarks/probe_server_stalls.py), so a fresh scratch index is faster than the index the
+the local search server stalls more as an index takes rewrites
+(benchmarks/probe_server_stalls.py), so a fresh scratch index may be faster than the index the
 steps wrote, and the slower of the two is the bound. (The same documents under an all-`object`
 mapping are measured too, for reference: another index, not these documents' rate.)
 """
