@@ -7,7 +7,8 @@ each reached document whose content changed must be written. So a rate needs `ra
 per change` documents/s, written documents counted from the job's own batch lines in a step that
 drained (the workload's mix is the same at every rate). The server's raw rewrite rate of the
 same documents into an index mapped as this one is, measured in the same run
-(e2ebench.docserver: plain `_bulk` of 5,000, no versions, one writer, the faster of two passes),
+(e2ebench.docserver: plain `_bulk` of 5,000, no versions, one writer, rewritten pass after pass
+for a minute, the last pass: the sustained rate),
 is the most any writer of these documents gets from it: a rate needing more documents/s than
 that cannot drain here, for any system that keeps every reached document current. The same
 rewrites in the run's own index after its steps (`IN_PLACE`) count where they were measured:

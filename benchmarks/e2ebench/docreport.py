@@ -174,7 +174,9 @@ def _bounds(result: dict[str, Any]) -> list[str]:
         IN_PLACE: "in the run's own index, after its steps",
     }
     rates = "; ".join(
-        f"{names.get(kind, kind)} {r['rate']:,.0f}/s ({r['documents']:,} documents)"
+        f"{names.get(kind, kind)} {r['rate']:,.0f}/s ({r['documents']:,} documents"
+        + (f", first pass {r['first_pass_rate']:,.0f}/s" if "first_pass_rate" in r else "")
+        + ")"
         for kind, r in raw.items()
     )
     drained = {s["target_rate"]: s["drains"] for s in phase.get("streaming", [])}
