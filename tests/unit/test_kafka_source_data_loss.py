@@ -18,6 +18,7 @@ from cdc_sync.source import stream_options
 from cdc_sync.source.data_loss import (
     DataLossError,
     LostOffset,
+    carried_offsets,
     checked_span,
     checked_starts,
     find_lost,
@@ -83,6 +84,17 @@ def test_stale_names_exactly_the_partitions_past_their_end_and_the_unlisted_topi
     else:
         assert stale is not None
         assert {tp for tp, _, _ in stale.ahead} == ahead and set(stale.missing) == missing
+
+
+def test_a_vanished_topic_is_forgotten_only_leniently_and_not_for_a_metadata_error() -> None:
+    begin = {("t", 0): 5, ("gone", 0): 7, ("flaky", 0): 3}
+    listed = [("t", 0), ("t", 1)]
+    strict = carried_offsets(begin, listed, {"flaky"}, fail_on_data_loss=True)
+    assert strict == begin
+    lenient = carried_offsets(begin, listed, {"flaky"}, fail_on_data_loss=False)
+    # "gone" is read from its start when it exists again; "flaky"'s metadata error is no
+    # deletion: replaying it from its start would cost the whole topic.
+    assert lenient == {("t", 0): 5, ("flaky", 0): 3}
 
 
 def test_partitions_the_broker_does_not_list_are_not_checked() -> None:

@@ -125,6 +125,27 @@ def stale_checkpoint(
     return StaleCheckpoint(missing, ahead) if missing or ahead else None
 
 
+def carried_offsets(
+    begin: Mapping[TopicPartition, int],
+    listed: Collection[TopicPartition],
+    erroring: Collection[str],
+    *,
+    fail_on_data_loss: bool,
+) -> PartitionOffsets:
+    """The checkpoint's offsets a batch's plan starts from. Strict: every one (a topic that
+    vanished from the broker's metadata stops advancing and is checked when it is back).
+    Under failOnDataLoss=false a topic the broker no longer lists is forgotten: its loss is
+    accepted as a re-created topic's is, and when it exists again it is read from its low
+    watermark like any topic new since the checkpoint (a table without rows gets no topic from
+    a new snapshot; kept, its old offset would fail the next strict start as stale). A topic
+    listed with an error (`erroring`: its partitions unknown for a moment) is kept, so a
+    transient metadata error does not replay it from its start."""
+    if fail_on_data_loss:
+        return dict(begin)
+    known = set(listed)
+    return {tp: offset for tp, offset in begin.items() if tp in known or tp[0] in erroring}
+
+
 def find_lost(
     start: Mapping[TopicPartition, int], marks: Mapping[TopicPartition, Watermarks]
 ) -> list[LostOffset]:

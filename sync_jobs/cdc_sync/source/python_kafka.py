@@ -35,7 +35,13 @@ from pyspark.sql.types import (
 )
 
 from cdc_sync.core.kafka_clients import consumer_config
-from cdc_sync.source.data_loss import Watermarks, batch_ranges, checked_span, checked_starts
+from cdc_sync.source.data_loss import (
+    Watermarks,
+    batch_ranges,
+    carried_offsets,
+    checked_span,
+    checked_starts,
+)
 from cdc_sync.source.end_offsets import EARLIEST as EARLIEST_OFFSET
 from cdc_sync.source.end_offsets import LATEST as LATEST_OFFSET
 from cdc_sync.source.end_offsets import listed_offsets
@@ -143,6 +149,9 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._reported: PartitionOffsets | None = None
         self._planned: tuple[PartitionOffsets, PartitionOffsets, dict[TopicPartition, Watermarks]]
         self._planned = ({}, {}, {})
+        # Topics the broker's last metadata listed with an error (their partitions unknown for
+        # now): under failOnDataLoss=false they are not taken for deleted (`carried_offsets`).
+        self._erroring: frozenset[str] = frozenset()
 
     # The driver-side consumer holds sockets and threads: never pickle it to executors.
     def __getstate__(self) -> dict[str, Any]:
@@ -164,10 +173,15 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _partitions(self) -> list[TopicPartition]:
         metadata = self.metadata_consumer.list_topics(timeout=METADATA_TIMEOUT_S)
         found: list[TopicPartition] = []
+        erroring = set()
         for topic_name, topic in metadata.topics.items():
-            if topic.error is not None or not self.options.matches(topic_name):
+            if not self.options.matches(topic_name):
+                continue
+            if topic.error is not None:
+                erroring.add(topic_name)
                 continue
             found.extend((topic_name, partition) for partition in topic.partitions)
+        self._erroring = frozenset(erroring)
         return sorted(found)
 
     def _watermarks(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, Watermarks]:
@@ -231,17 +245,12 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             latest = dict(self._available_now_target)
         else:
             latest = {tp: high for tp, (_, high) in marks.items()}
-        # Keep partitions that disappeared from metadata (a vanished topic stops advancing,
-        # checked when it is back) and move none backwards except those rebased above (the
-        # partitions() of this batch then reads them from their low watermark). Under
-        # failOnDataLoss=false a vanished topic is forgotten instead: its loss is accepted as a
-        # re-created topic's is, and when it exists again it is read from its low watermark, as
-        # any topic new since the checkpoint (a table with no rows gets no topic from a new
-        # snapshot: kept, its old offset would fail the next strict start, or rebase later).
-        if self.options.fail_on_data_loss:
-            end = dict(begin)
-        else:
-            end = {tp: offset for tp, offset in begin.items() if tp in marks}
+        # Move no partition backwards except those rebased above (the partitions() of this
+        # batch then reads them from their low watermark); which of the checkpoint's vanished
+        # topics are kept: `carried_offsets`.
+        end = carried_offsets(
+            begin, marks.keys(), self._erroring, fail_on_data_loss=self.options.fail_on_data_loss
+        )
         for tp, high in latest.items():
             end[tp] = max(high, starts.get(tp, 0))
         # Pre-4.2 calls carry no start, so there is nothing to cap against.
