@@ -102,10 +102,10 @@ class Server:
         ]
         return random.Random(seed).sample(found, min(sample, len(found)))
 
-    def mapping(self, index: str) -> dict[str, Any]:
-        """The mappings of the concrete index behind `index` (an alias or an index)."""
-        answer = self.client.indices.get_mapping(index=index)
-        return dict(next(iter(answer.values()))["mappings"])
+    def concrete(self, index: str) -> tuple[str, dict[str, Any]]:
+        """The index behind `index` (an alias or an index) and its mappings."""
+        name, found = next(iter(self.client.indices.get_mapping(index=index).items()))
+        return str(name), dict(found["mappings"])
 
     def raw_rewrites(
         self, mapping: Mapping[str, Any], documents: Sequence[Document], name: str
@@ -138,10 +138,6 @@ class Server:
         found = pass_json(passes[-1]) or {}
         return found | {"first_pass_rate": round(passes[0].rate, 1), "passes": len(passes)}
 
-    def concrete(self, index: str) -> str:
-        """The index behind `index` (an alias or an index)."""
-        return str(next(iter(self.client.indices.get_mapping(index=index))))
-
 
 def raw_rewrite_rates(url: str, pid: int, index: str, sample: int) -> dict[str, Any]:
     """The raw rewrite rate of `sample` documents of `index` on its own server: into scratch
@@ -151,12 +147,12 @@ def raw_rewrite_rates(url: str, pid: int, index: str, sample: int) -> dict[str, 
     server = Server(url, pid, 1)
     try:
         documents = server.documents(index, sample)
-        mapping = server.mapping(index)
+        concrete, mapping = server.concrete(index)
         found = {
             kind: server.raw_rewrites(shape, documents, f"bench_raw_documents_{kind}")
             for kind, shape in ((AS_INDEXED, mapping), ("object", as_objects(mapping)))
         }
-        found[IN_PLACE] = server.sustained_rewrites(server.concrete(index), documents, "In place")
+        found[IN_PLACE] = server.sustained_rewrites(concrete, documents, "In place")
         return found
     finally:
         server.close()
