@@ -32,9 +32,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(Path(__file__).resolve().parent)]  # e2ebench.*
 
 from bench_pgsync import run_header, start_process  # noqa: E402
+from e2ebench.docserver import Server  # noqa: E402
 from e2ebench.raw import wait_quantile  # noqa: E402
 from e2ebench.report import output_path  # noqa: E402
-from opensearchpy import OpenSearch  # noqa: E402
 
 from cdc_sync.localstack.process import stop_pid  # noqa: E402
 from cdc_sync.localstack.services import start_search  # noqa: E402
@@ -86,14 +86,6 @@ class Documents:
         return ("\n".join(lines) + "\n").encode()
 
 
-def bulk(client: OpenSearch, body: bytes) -> float:
-    started = time.monotonic()
-    answer = client.bulk(body=body)
-    if answer.get("errors"):
-        raise RuntimeError(f"bulk item error: {answer['items'][0]}")
-    return time.monotonic() - started
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--documents", type=int, default=51_000, help="documents (51,000)")
@@ -106,14 +98,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def stream(client: OpenSearch, documents: Documents, args: argparse.Namespace) -> list[Any]:
+def stream(server: Server, documents: Documents, args: argparse.Namespace) -> list[Any]:
     """Paced bulks for `args.seconds`: each bulk's (start second, seconds)."""
     bulks: list[tuple[float, float]] = []
     started = time.monotonic()
     while time.monotonic() - started < args.seconds:
         idents = [documents.rng.randrange(documents.count) for _ in range(args.bulk)]
         at = time.monotonic() - started
-        took = bulk(client, documents.body(idents, f"stream {len(bulks)}"))
+        took = server.bulk(documents.body(idents, f"stream {len(bulks)}"))
         bulks.append((round(at, 1), round(took, 3)))
         time.sleep(max(0.0, args.interval - took))
     return bulks
@@ -127,18 +119,18 @@ def main(argv: list[str] | None = None) -> int:
     documents = Documents(args.documents, args.versioned)
     with tempfile.TemporaryDirectory(prefix="probe-stalls-") as tmp:
         started = start_search(Path(tmp))
-        client = OpenSearch(hosts=[started.url], timeout=600, max_retries=0)
+        server = Server(started.url, started.pid, 1)
         try:
-            client.indices.create(index=INDEX, body={"mappings": MAPPING})
+            server.client.indices.create(index=INDEX, body={"mappings": MAPPING})
             load = time.monotonic()
             for first in range(0, args.documents, LOAD_BULK):
                 idents = list(range(first, min(args.documents, first + LOAD_BULK)))
-                bulk(client, documents.body(idents, "loaded"))
+                server.bulk(documents.body(idents, "loaded"))
             result["load_seconds"] = round(time.monotonic() - load, 1)
-            bulks = stream(client, documents, args)
-            fanout = bulk(client, documents.body(list(range(args.fanout)), "renamed"))
+            bulks = stream(server, documents, args)
+            fanout = server.bulk(documents.body(list(range(args.fanout)), "renamed"))
         finally:
-            client.close()
+            server.close()
             stop_pid(started.pid)
     seconds = [took for _, took in bulks]
     slow = [(at, took) for at, took in bulks if took > SLOW_SECONDS]
