@@ -200,3 +200,60 @@ def test_stale_offsets_are_named_in_one_line_with_the_command_that_starts_over(
     assert "capture offsets removed: a new snapshot follows" in output
     reread = [parse_record(*r) for r in resnapshot[snapshot:]]
     assert [c.op for c in reread if isinstance(c, Change)] == [Op.READ] * snapshot
+
+
+def test_offsets_cut_short_by_a_kill_during_their_save_resume_from_the_last_complete_copy(
+    database: str, kafka: KafkaEndpoint, tmp_path: Path
+) -> None:
+    """CI, kill -9 of the capture: Kafka's file store rewrites the offsets file in place, the
+    kill left it empty, and the restart died reading it (EOFException). Now the start resumes
+    from the copy kept beside it: no new snapshot, the change made while down arrives once. A
+    file cut short with no complete copy is removed, and a new snapshot follows."""
+    prefix = f"cap{uuid.uuid4().hex[:6]}"
+    topic = f"{prefix}.shop.customers"
+    first = engine(database, kafka, tmp_path, prefix)
+    try:
+        first.start()
+        first.wait_ready(timeout_seconds=120)
+    finally:
+        first.stop()
+    snapshot = read_topic(kafka, topic)
+    offsets = first.offsets_file
+    assert offsets is not None
+    with psycopg.connect(database, autocommit=True) as conn:
+        conn.execute(
+            "UPDATE shop.customers SET tier = 'while-down' WHERE email = 'ada@example.com'"
+        )
+    offsets.write_bytes(b"")  # the save opened (truncated) the file; the kill came before it wrote
+
+    copy = offsets.with_name(offsets.name + ".last-complete")
+    kept_at_stop = copy.read_bytes()
+    second = engine(database, kafka, tmp_path, prefix)
+    try:
+        second.start()
+        _wait_for(kafka, topic, len(snapshot) + 1)
+        with psycopg.connect(database, autocommit=True) as conn:
+            conn.execute("UPDATE shop.customers SET tier = 'live' WHERE email = 'ada@example.com'")
+        resumed = _wait_for(kafka, topic, len(snapshot) + 2)
+        # The second change's batch copied the offsets saved after the first: a kill now would
+        # resume from there, not from the last stop.
+        assert copy.read_bytes() != kept_at_stop
+    finally:
+        second.stop()
+    changes = [parse_record(*r) for r in resumed[len(snapshot) :]]
+    assert len(changes) == 2, "resumed from the copy: no new snapshot, nothing repeated"
+    tiers = [c.row["tier"] for c in changes if isinstance(c, Change) and c.row is not None]
+    assert tiers == ["while-down", "live"]
+
+    complete = offsets.read_bytes()
+    offsets.write_bytes(complete[: len(complete) // 2])  # cut short mid-write, and no copy
+    copy.unlink()
+    third = engine(database, kafka, tmp_path, prefix)
+    try:
+        third.start()
+        again = _wait_for(kafka, topic, len(resumed) + len(snapshot))
+    finally:
+        third.stop()
+        drop_slot(database, prefix)
+    reread = [parse_record(*r) for r in again[len(resumed) :]]
+    assert [c.op for c in reread if isinstance(c, Change)] == [Op.READ] * len(snapshot)

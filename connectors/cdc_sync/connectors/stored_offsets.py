@@ -90,15 +90,33 @@ def stale_reason(stored: StoredOffset, slot: SlotPosition, slot_name: str) -> st
 
 
 def read_file_store(path: Path) -> dict[bytes, bytes]:
-    """The entries of Kafka's `FileOffsetBackingStore` file: a Java-serialized
-    `HashMap<byte[], byte[]>`, read by the JVM the engine runs in (it must be started)."""
+    """The entries of Kafka's `FileOffsetBackingStore` file; `CutShort` when it ends early."""
+    entries = parse_file_store(path.read_bytes())
+    if entries is None:
+        raise CutShort(path)
+    return entries
+
+
+class CutShort(RuntimeError):
+    """The offsets file ends before its map does: Kafka's store rewrites it in place (no
+    temporary file, no rename), so a capture killed during a save leaves it so."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(f"the capture's offsets file {path} is cut short")
+
+
+def parse_file_store(data: bytes) -> dict[bytes, bytes] | None:
+    """The entries of a `FileOffsetBackingStore` file's bytes, a Java-serialized
+    `HashMap<byte[], byte[]>` read by the JVM the engine runs in (it must be started); None
+    when they end early or are not such a map (a save cut short)."""
     import jpype
 
-    stream = jpype.JClass("java.io.ObjectInputStream")(
-        jpype.JClass("java.io.FileInputStream")(str(path))
-    )
+    stream_type = jpype.JClass("java.io.ObjectInputStream")
+    source = jpype.JClass("java.io.ByteArrayInputStream")(jpype.JArray(jpype.JByte)(data))
     try:
-        stored = stream.readObject()
-    finally:
-        stream.close()
+        stored = stream_type(source).readObject()
+    except jpype.JClass("java.io.IOException"):  # EOFException, StreamCorruptedException
+        return None
+    if not isinstance(stored, jpype.JClass("java.util.Map")):
+        return None
     return {bytes(entry.getKey()): bytes(entry.getValue()) for entry in stored.entrySet()}
