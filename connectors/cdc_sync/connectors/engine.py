@@ -131,6 +131,7 @@ class CaptureEngine:
         self._engine: Any = None
         self._error: BaseException | None = None
         self._snapshot_done = threading.Event()
+        self._stop_requested = threading.Event()
         self._last_record_at = 0.0
         self._started_at = 0.0
         self._data_records = 0
@@ -235,6 +236,9 @@ class CaptureEngine:
         try:
             self._engine.run()
         except BaseException as exc:  # surfaced by raise_if_failed / wait_ready
+            if self._stop_requested.is_set():  # a batch cut off by the stop: sent again later
+                log.info("capture engine ended by the stop (%s)", type(exc).__name__)
+                return
             log.error("capture engine stopped with %s", type(exc).__name__)
             self._error = exc
 
@@ -268,7 +272,8 @@ class CaptureEngine:
     def raise_if_failed(self) -> None:
         if self._error is not None:
             raise RuntimeError(f"capture engine failed: {self._error}") from self._error
-        if self._thread is not None and not self._thread.is_alive():
+        stopped = self._thread is not None and not self._thread.is_alive()
+        if stopped and not self._stop_requested.is_set():
             raise RuntimeError("capture engine stopped unexpectedly (see the log above)")
 
     def wait_ready(self, timeout_seconds: float = 120.0) -> None:
@@ -304,6 +309,7 @@ class CaptureEngine:
         return bool(row and row[0])
 
     def stop(self, timeout_seconds: float = 30.0) -> None:
+        self._stop_requested.set()
         self.publisher.stop_waiting()  # a batch waiting for a lagging broker ends at once
         if self._engine is not None:
             self._engine.close()
