@@ -107,15 +107,16 @@ class CutShort(RuntimeError):
 
 def parse_file_store(data: bytes) -> dict[bytes, bytes] | None:
     """The entries of a `FileOffsetBackingStore` file's bytes, a Java-serialized
-    `HashMap<byte[], byte[]>` read by the JVM the engine runs in (it must be started); None
-    when they end early or are not such a map (a save cut short)."""
+    `HashMap<byte[], byte[]>` read by the JVM the engine runs in (it must be started) with
+    Kafka's own `SafeObjectInputStream` (it refuses the classes deserialization attacks use);
+    None when they end early or hold anything else (a save cut short)."""
     import jpype
 
-    stream_type = jpype.JClass("java.io.ObjectInputStream")
+    stream_type = jpype.JClass("org.apache.kafka.connect.util.SafeObjectInputStream")
     source = jpype.JClass("java.io.ByteArrayInputStream")(jpype.JArray(jpype.JByte)(data))
     try:
         stored = stream_type(source).readObject()
-    except jpype.JClass("java.io.IOException"):  # EOFException, StreamCorruptedException
+    except jpype.JClass("java.lang.Exception"):  # EOF, a corrupt stream, a class it refuses
         return None
     if not isinstance(stored, jpype.JClass("java.util.Map")):
         return None
