@@ -11,10 +11,10 @@ dropped by the sinks' ordering (newest change per key wins).
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 
 from cdc_sync.connectors.stored_offsets import parse_file_store
+from cdc_sync.core.files import write_atomically
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +38,8 @@ class OffsetsCopy:
             return
         if data == self._kept or parse_file_store(data) is None:
             return
-        _write_whole(self.copy_file, data)
+        # Not synced: a kill leaves the page cache, and this runs between every two batches.
+        write_atomically(self.copy_file, data, durable=False)
         self._kept = data
 
     def recover(self) -> None:
@@ -59,7 +60,7 @@ class OffsetsCopy:
                 self.offsets_file,
             )
             return
-        _write_whole(self.offsets_file, copy)
+        write_atomically(self.offsets_file, copy)
         self._kept = copy
         log.warning(
             "capture offsets %s were cut short (the capture was killed while saving them): "
@@ -71,9 +72,3 @@ class OffsetsCopy:
     def forget(self) -> None:
         self.copy_file.unlink(missing_ok=True)
         self._kept = None
-
-
-def _write_whole(path: Path, data: bytes) -> None:
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_bytes(data)
-    os.replace(temporary, path)

@@ -8,15 +8,17 @@ import tempfile
 from pathlib import Path
 
 
-def write_atomically(path: Path, text: str, durable: bool = True) -> None:
-    """Write to a temp file beside `path`, fsync, rename over it, fsync the directory.
-    `durable=False` skips both fsyncs: a reader still sees the old file or the new one, whole,
-    but a crash of the machine may bring back the old one (for what the next write renews)."""
+def write_atomically(path: Path, content: str | bytes, durable: bool = True) -> None:
+    """Write `content` (text as UTF-8) to a temp file beside `path`, fsync, rename over it,
+    fsync the directory. `durable=False` skips both fsyncs: a reader still sees the old file or
+    the new one, whole, but a crash of the machine may bring back the old one (for what the
+    next write renews)."""
+    data = content.encode("utf-8") if isinstance(content, str) else content
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as file:
-            file.write(text)
+        with os.fdopen(fd, "wb") as file:
+            file.write(data)
             file.flush()
             if durable:
                 os.fsync(file.fileno())
