@@ -11,6 +11,8 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 from tests.fixtures.services import *  # noqa: F403
 
+EXIT_STATUS = pytest.StashKey[int]()  # the session's, kept for `pytest_unconfigure`
+
 
 @pytest.hookimpl(trylast=True)
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -22,12 +24,11 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     jpype = sys.modules.get("jpype")
     if jpype is None or not jpype.isJVMStarted():
         return
-    status = int(getattr(config, "_cdc_sync_exit_status", 0))
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(status)
+    os._exit(config.stash.get(EXIT_STATUS, 0))
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    session.config._cdc_sync_exit_status = exitstatus  # type: ignore[attr-defined]
+    session.config.stash[EXIT_STATUS] = int(exitstatus)
