@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 
 import pytest
 from hypothesis import given
@@ -10,6 +11,7 @@ from hypothesis import strategies as st
 
 from cdc_sync.source.offsets import (
     PartitionRange,
+    cap_oldest_first,
     cap_total,
     dumps,
     from_offset_json,
@@ -17,7 +19,7 @@ from cdc_sync.source.offsets import (
     ranges_between,
     to_offset_json,
 )
-from cdc_sync.source.options import EARLIEST, LATEST, parse_options
+from cdc_sync.source.options import BACKLOG_ORDER, EARLIEST, LATEST, parse_options
 
 pytestmark = pytest.mark.unit
 
@@ -89,6 +91,91 @@ def test_cap_total_rejects_non_positive_cap() -> None:
         cap_total({}, {("t", 0): 1}, 0)
 
 
+def read_in_batches(
+    log: dict[tuple[str, int], list[int]], cap: int, oldest_first: bool
+) -> list[dict[tuple[str, int], tuple[int, int]]]:
+    """Every batch's ranges reading `log` (per partition, its records' timestamps) from the
+    start, each batch capped at `cap`, heads read from the log as the source reads them."""
+    latest = {tp: len(times) for tp, times in log.items()}
+    start = dict.fromkeys(log, 0)
+    batches = []
+    while start != latest:
+        heads = {tp: times[start[tp]] for tp, times in log.items() if start[tp] < len(times)}
+        if oldest_first:
+            end = cap_oldest_first(start, latest, cap, heads)
+        else:
+            end = cap_total(start, latest, cap)
+        for tp in end:
+            assert start[tp] <= end[tp] <= latest[tp]
+        backlog = sum(latest[tp] - start[tp] for tp in latest)
+        assert sum(end[tp] - start[tp] for tp in end) == min(cap, backlog)
+        batches.append({tp: (start[tp], end[tp]) for tp in end if end[tp] > start[tp]})
+        start = end
+    return batches
+
+
+@given(
+    st.lists(st.integers(0, 400), min_size=1, max_size=6),
+    st.integers(1, 500),
+    st.randoms(use_true_random=False),
+)
+def test_oldest_first_reads_a_snapshot_table_by_table_in_the_order_it_was_written(
+    sizes: list[int], cap: int, rng: random.Random
+) -> None:
+    """A snapshot writes its tables one after another (each its own partition here, in an
+    order unrelated to their names): read oldest first, no batch reads a table before every
+    table written ahead of it has been read whole, and each batch uses the whole cap."""
+    order = [("t", i) for i in range(len(sizes))]
+    rng.shuffle(order)
+    log: dict[tuple[str, int], list[int]] = {}
+    clock = 0
+    for tp, size in zip(order, sizes, strict=True):
+        log[tp] = list(range(clock, clock + size))
+        clock += size
+    done: set[tuple[str, int]] = {tp for tp in order if not log[tp]}
+    for batch in read_in_batches(log, cap, oldest_first=True):
+        for tp in batch:
+            written_before = order[: order.index(tp)]
+            assert all(p in done or p in batch for p in written_before), (tp, batch)
+            ahead_in_batch = [p for p in written_before if p in batch]
+            assert all(batch[p][1] == len(log[p]) for p in ahead_in_batch), batch
+        done |= {tp for tp, (_, end) in batch.items() if end == len(log[tp])}
+    assert done == set(log)
+
+
+@given(
+    st.dictionaries(
+        topic_partitions, st.lists(st.integers(0, 10**6), max_size=60), min_size=1, max_size=6
+    ),
+    st.integers(1, 50),
+)
+def test_oldest_first_reads_interleaved_logs_whole_and_serves_the_oldest_head_first(
+    logs: dict[tuple[str, int], list[int]], cap: int
+) -> None:
+    """Partitions written at the same time (each its own timestamps, in order): every record is
+    read, in batches that use the whole cap, and a batch that leaves a partition unread read
+    only partitions whose next record was no newer."""
+    log = {tp: sorted(times) for tp, times in logs.items()}
+    start = dict.fromkeys(log, 0)
+    for batch in read_in_batches(log, cap, oldest_first=True):
+        heads = {tp: log[tp][start[tp]] for tp in log if start[tp] < len(log[tp])}
+        skipped = [tp for tp in heads if tp not in batch]
+        for tp in batch:
+            assert all((heads[tp], tp) <= (heads[other], other) for other in skipped)
+        start |= {tp: end for tp, (_, end) in batch.items()}
+    assert start == {tp: len(times) for tp, times in log.items()}
+
+
+def test_oldest_first_puts_partitions_without_a_head_time_last() -> None:
+    start = {("a", 0): 0, ("b", 0): 0, ("c", 0): 5}
+    latest = {("a", 0): 10, ("b", 0): 10, ("c", 0): 5}
+    end = cap_oldest_first(start, latest, 12, {("b", 0): 7})
+    assert end == {("a", 0): 2, ("b", 0): 10, ("c", 0): 5}
+    assert cap_oldest_first(start, latest, 50, {}) == latest
+    with pytest.raises(ValueError, match="maxOffsetsPerTrigger"):
+        cap_oldest_first(start, latest, 0, {})
+
+
 def test_options_arrive_lower_cased_and_are_validated() -> None:
     options = parse_options(
         {
@@ -157,3 +244,11 @@ def test_builtin_options_map_the_same_stream() -> None:
     assert builtin_options(lenient)["failOnDataLoss"] == "false"
     # Settings the built-in source refuses or that only cdc_kafka understands are not passed.
     assert not {"cdc.kafka.flavor", "kafka.group.id", "kafka.auto.offset.reset"} & set(mapped)
+
+
+def test_backlog_order_defaults_to_proportional_and_names_itself_when_wrong() -> None:
+    raw = {"kafka.bootstrap.servers": "b:9092", "subscribe": "t"}
+    assert parse_options(raw).backlog_order == "proportional"
+    assert parse_options({**raw, BACKLOG_ORDER: "Time"}).backlog_order == "time"
+    with pytest.raises(ValueError, match=BACKLOG_ORDER):
+        parse_options({**raw, BACKLOG_ORDER: "newest"})

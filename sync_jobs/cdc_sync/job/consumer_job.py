@@ -120,16 +120,23 @@ def converter_modes(mapping: MappingFile) -> ConverterModes:
 
 
 def source_options(
-    options: JobOptions, *, bootstrap: str, flavor: str, topics: list[str]
+    options: JobOptions,
+    *,
+    bootstrap: str,
+    flavor: str,
+    topics: list[str],
+    oldest_first: bool = False,
 ) -> dict[str, str]:
     """The Kafka source's options: bounded per micro-batch and checked for data loss as
-    ``options`` say. The stream and the driver's small-batch reader share them."""
+    ``options`` say. The stream and the driver's small-batch reader share them. `oldest_first`:
+    a backlog is read in the log's time order (a document consumer's: see `ConsumerJob`)."""
     return stream_options(
         bootstrap=bootstrap,
         flavor=flavor,
         topics=topics,
         max_offsets_per_trigger=options.max_offsets_per_trigger,
         fail_on_data_loss=options.fail_on_data_loss,
+        backlog_order="time" if oldest_first else None,
     )
 
 
@@ -205,11 +212,15 @@ class ConsumerJob:
         checkpoint = self.checkpoint_dir = consumer.checkpoint_dir
         if consumer.is_document:
             start_over_unless_state_fits(consumer)
+        # A document renders a root once its other tables are whole: read in the log's order,
+        # a snapshot's earlier tables end in early batches and the roots render batch by batch
+        # as they are read, not all in the backlog's last batch (issue 26).
         self.source = source_options(
             options,
             bootstrap=connections.require("kafka_bootstrap"),
             flavor=connections.kafka_flavor,
             topics=mapping.topics(),
+            oldest_first=consumer.is_document,
         )
         retry = options.sink_retry(shared.health)
         modes = converter_modes(mapping)

@@ -12,6 +12,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from cdc_sync.source.builtin import builtin_kafka_available, builtin_stream
 from cdc_sync.source.options import (
+    BACKLOG_ORDER,
     BOOTSTRAP,
     FAIL_ON_DATA_LOSS,
     FLAVOR,
@@ -42,8 +43,11 @@ def stream_options(
     pattern: str | None = None,
     max_offsets_per_trigger: int | None = None,
     fail_on_data_loss: bool = True,
+    backlog_order: str | None = None,
 ) -> dict[str, str]:
-    """Options understood by both sources (validated here, once)."""
+    """Options understood by both sources (validated here, once); `backlog_order` is the
+    Python source's alone (`BACKLOG_ORDER`: the built-in source shares a capped batch
+    proportionally)."""
     options = {
         BOOTSTRAP: bootstrap,
         FLAVOR: flavor,
@@ -56,6 +60,8 @@ def stream_options(
         options[SUBSCRIBE_PATTERN] = pattern
     if max_offsets_per_trigger is not None:
         options[MAX_OFFSETS_PER_TRIGGER] = str(max_offsets_per_trigger)
+    if backlog_order is not None:
+        options[BACKLOG_ORDER] = backlog_order
     parse_options(options)
     return options
 

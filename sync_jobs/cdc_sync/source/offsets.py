@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import partial
 
 TopicPartition = tuple[str, int]
 PartitionOffsets = dict[TopicPartition, int]
@@ -106,3 +107,40 @@ def cap_total(
             share[tp] += 1
             leftover -= 1
     return {tp: start.get(tp, 0) + share[tp] if backlog[tp] else latest[tp] for tp in latest}
+
+
+def cap_oldest_first(
+    start: Mapping[TopicPartition, int],
+    latest: Mapping[TopicPartition, int],
+    max_total: int,
+    heads: Mapping[TopicPartition, int],
+) -> PartitionOffsets:
+    """End offsets reading at most ``max_total`` records, the log's oldest first: partitions in
+    the order of their next record's timestamp (``heads``, epoch ms; ties by partition), each
+    read up to its whole backlog while the cap lasts. A backlog is then read in about the order
+    it was written: a snapshot's tables end one after another, each in an early batch, rather
+    than all in the backlog's last (``cap_total``'s shares). No partition waits for ever: one
+    left behind keeps its head while the others' move past it. Partitions without a head time
+    (``heads`` lacks them) go last. Partitions absent from ``start`` count from offset 0.
+    """
+    if max_total <= 0:
+        raise ValueError(f"maxOffsetsPerTrigger must be positive, got {max_total}")
+    backlog = {tp: max(0, latest[tp] - start.get(tp, 0)) for tp in latest}
+    if sum(backlog.values()) <= max_total:
+        return dict(latest)
+    end = {tp: latest[tp] if not lag else start.get(tp, 0) for tp, lag in backlog.items()}
+    waiting = sorted((tp for tp, lag in backlog.items() if lag), key=partial(_oldest, heads))
+    left = max_total
+    for tp in waiting:
+        taken = min(backlog[tp], left)
+        end[tp] += taken
+        left -= taken
+        if not left:
+            break
+    return end
+
+
+def _oldest(
+    heads: Mapping[TopicPartition, int], tp: TopicPartition
+) -> tuple[int, int, TopicPartition]:
+    return (0, heads[tp], tp) if tp in heads else (1, 0, tp)

@@ -30,6 +30,10 @@ FETCH_TIMEOUT = "cdc.kafka.fetchTimeoutMs"
 SHARED_HIGHS = "cdc.kafka.sharedHighWatermarksMs"
 # By flavor: only the stand-in whose ListOffsets scans the partition's log pays for asking.
 SHARED_HIGHS_DEFAULT_MS = {"kafka": 0, "tansu": 250, "noida": 0}
+# How a batch capped by maxOffsetsPerTrigger shares the cap among partitions: "proportional"
+# to their backlogs (Spark's rule), or "time": the log's oldest records first (offsets.py).
+BACKLOG_ORDER = "cdc.kafka.backlogOrder"
+BACKLOG_ORDERS = ("proportional", "time")
 KNOWN_OPTIONS = (
     BOOTSTRAP,
     FLAVOR,
@@ -40,6 +44,7 @@ KNOWN_OPTIONS = (
     FAIL_ON_DATA_LOSS,
     FETCH_TIMEOUT,
     SHARED_HIGHS,
+    BACKLOG_ORDER,
 )
 
 KAFKA_PREFIX = "kafka."
@@ -63,6 +68,7 @@ class KafkaSourceOptions:
     # continue from the low watermark (false). See cdc_sync.source.data_loss.
     fail_on_data_loss: bool = True
     shared_highs_ms: int = 0  # SHARED_HIGHS; 0: every planner asks the broker itself
+    backlog_order: str = "proportional"  # BACKLOG_ORDER
     # Other ``kafka.<setting>`` options, passed to the consumer as ``<setting>`` (like Spark).
     consumer_overrides: tuple[tuple[str, str], ...] = ()
 
@@ -132,6 +138,7 @@ def parse_options(raw: Mapping[str, str]) -> KafkaSourceOptions:
         shared_highs_ms=_parse_non_negative(get(SHARED_HIGHS), SHARED_HIGHS)
         if SHARED_HIGHS.lower() in options
         else SHARED_HIGHS_DEFAULT_MS[flavor],
+        backlog_order=_parse_choice(get(BACKLOG_ORDER), BACKLOG_ORDER, BACKLOG_ORDERS),
         consumer_overrides=tuple(
             sorted(
                 (key.removeprefix(KAFKA_PREFIX), value)
@@ -177,6 +184,14 @@ def _parse_non_negative(value: str | None, name: str) -> int:
     if number is None:
         raise ValueError(f"{SOURCE_NAME}: option {name!r} must be an integer >= 0, got nothing")
     return number
+
+
+def _parse_choice(value: str | None, name: str, choices: tuple[str, ...]) -> str:
+    if value is None:
+        return choices[0]
+    if value.lower() in choices:
+        return value.lower()
+    raise ValueError(f"{SOURCE_NAME}: option {name!r} must be one of {choices}, got {value!r}")
 
 
 def _parse_bool(value: str | None, name: str, *, default: bool) -> bool:

@@ -50,6 +50,7 @@ from cdc_sync.source.offsets import (
     PartitionOffsets,
     PartitionRange,
     TopicPartition,
+    cap_oldest_first,
     cap_total,
     from_offset_json,
     to_offset_json,
@@ -91,6 +92,10 @@ AHEAD_POLL_TIMEOUT_S = 0.001
 # A read that gets nowhere from its start for this long asks for the watermarks
 # (`consume_range`): above a busy broker's slowest first fetch seen here (0.64 s).
 STALL_SECONDS = 1.0
+# Reading each partition's next record for its timestamp (`head_times`): a fetch of one small
+# batch, given up after this long (the batch is then shared proportionally).
+HEAD_FETCH_BYTES = 64 * 1024
+HEAD_TIMEOUT_S = 2.0
 # The read that does not ask for watermarks is told a start outside them, not moved into them.
 UNCHECKED_READ = {"enable.partition.eof": True, "auto.offset.reset": "error"}
 OUT_OF_RANGE = (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE)
@@ -140,6 +145,7 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: KafkaSourceOptions) -> None:
         self.options = options
         self._metadata_consumer: Consumer | None = None
+        self._head_consumer: Consumer | None = None
         self._shared_highs = SharedHighs(options.bootstrap, options.shared_highs_ms)
         # Set by prepareForTriggerAvailableNow: latestOffset never goes past it.
         self._available_now_target: PartitionOffsets | None = None
@@ -157,6 +163,7 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_metadata_consumer"] = None
+        state["_head_consumer"] = None
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -255,9 +262,42 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             end[tp] = max(high, starts.get(tp, 0))
         # Pre-4.2 calls carry no start, so there is nothing to cap against.
         if isinstance(limit, ReadMaxRows) and start is not None:
-            end = {**end, **cap_total(starts, end, limit.max_rows)}
+            end = {**end, **self._capped(starts, end, limit.max_rows)}
         self._planned = (begin, end, marks)
         return to_offset_json(end)
+
+    def _capped(
+        self, starts: PartitionOffsets, end: PartitionOffsets, max_rows: int
+    ) -> PartitionOffsets:
+        """The batch's ends under the cap, shared as `backlog_order` says. In time order the
+        waiting partitions' next records are read for their timestamps: only when the backlog
+        exceeds the cap, and not on noida, whose fetch returns a partition's whole rest
+        (shared proportionally there, and wherever a timestamp does not come)."""
+        waiting = {tp: starts.get(tp, 0) for tp in end if end[tp] > starts.get(tp, 0)}
+        backlog = sum(end[tp] - start for tp, start in waiting.items())
+        if self.options.backlog_order != "time" or backlog <= max_rows:
+            return cap_total(starts, end, max_rows)
+        if self.options.flavor == "noida":
+            return cap_total(starts, end, max_rows)
+        heads = head_times(self.head_consumer, waiting, HEAD_TIMEOUT_S)
+        if heads.keys() != waiting.keys():
+            log.info(
+                "%s: no timestamp for %s within %.0f s: this batch shares its cap in proportion",
+                SOURCE_NAME,
+                sorted(waiting.keys() - heads.keys()),
+                HEAD_TIMEOUT_S,
+            )
+            return cap_total(starts, end, max_rows)
+        return cap_oldest_first(starts, end, max_rows, heads)
+
+    @property
+    def head_consumer(self) -> Consumer:
+        if self._head_consumer is None:
+            self._head_consumer = _consumer(
+                self.options,
+                **{"enable.partition.eof": True, "max.partition.fetch.bytes": HEAD_FETCH_BYTES},
+            )
+        return self._head_consumer
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.options.max_offsets_per_trigger is not None:
@@ -296,9 +336,10 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return None
 
     def stop(self) -> None:
-        if self._metadata_consumer is not None:
-            self._metadata_consumer.close()
-            self._metadata_consumer = None
+        for consumer in (self._metadata_consumer, self._head_consumer):
+            if consumer is not None:
+                consumer.close()
+        self._metadata_consumer = self._head_consumer = None
 
     # ---- executor side -----------------------------------------------------------------------
 
@@ -317,6 +358,35 @@ def _watermarks_from(
         )
         marks[(topic, partition)] = (int(low), int(high))
     return marks
+
+
+def head_times(
+    consumer: Consumer, positions: Mapping[TopicPartition, int], timeout_s: float
+) -> dict[TopicPartition, int]:
+    """The timestamp (epoch ms) of each partition's first record at or after its position, as
+    far as they arrive within `timeout_s`; a partition at its end, or whose record carries no
+    timestamp, has none."""
+    consumer.assign([KafkaTopicPartition(t, p, offset) for (t, p), offset in positions.items()])
+    found: dict[TopicPartition, int] = {}
+    settled: set[TopicPartition] = set()
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(settled) < len(positions) and time.monotonic() < deadline:
+            for message in consumer.consume(num_messages=len(positions), timeout=0.05):
+                where = (str(message.topic()), int(message.partition() or 0))
+                if where in settled or where not in positions:
+                    continue
+                error = message.error()
+                if error is not None and error.code() != KafkaError._PARTITION_EOF:
+                    continue  # transient: the deadline bounds waiting
+                settled.add(where)
+                consumer.pause([KafkaTopicPartition(*where)])
+                kind, millis = message.timestamp() if error is None else (0, 0)
+                if kind:
+                    found[where] = millis
+    finally:
+        consumer.unassign()
+    return found
 
 
 def broker_watermarks(
