@@ -95,7 +95,7 @@ STALL_SECONDS = 1.0
 # Reading each partition's next record for its timestamp (`head_times`): a fetch of one small
 # batch, given up after this long (the batch is then shared proportionally).
 HEAD_FETCH_BYTES = 64 * 1024
-HEAD_TIMEOUT_S = 2.0
+HEAD_TIMEOUT_S = 1.0
 # The read that does not ask for watermarks is told a start outside them, not moved into them.
 UNCHECKED_READ = {"enable.partition.eof": True, "auto.offset.reset": "error"}
 OUT_OF_RANGE = (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE)
@@ -366,7 +366,8 @@ def head_times(
     """The timestamp (epoch ms) of each partition's first record at or after its position, as
     far as they arrive within `timeout_s`; a partition at its end, or whose record carries no
     timestamp, has none."""
-    consumer.assign([KafkaTopicPartition(t, p, offset) for (t, p), offset in positions.items()])
+    assigned = [KafkaTopicPartition(t, p, offset) for (t, p), offset in positions.items()]
+    consumer.assign(assigned)
     found: dict[TopicPartition, int] = {}
     settled: set[TopicPartition] = set()
     deadline = time.monotonic() + timeout_s
@@ -385,6 +386,8 @@ def head_times(
                 if kind:
                     found[where] = millis
     finally:
+        # A pause outlives the assignment: the planner's next call would get nothing.
+        consumer.resume(assigned)
         consumer.unassign()
     return found
 
