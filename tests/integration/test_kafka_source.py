@@ -442,6 +442,22 @@ def test_the_driver_reads_a_recreated_topic_from_its_start_when_told_to_continue
     assert [row["key"] for row in read] == [key for _, _, key, _ in fresh]
 
 
+def planned_end(
+    kafka: Any, topics: list[str], start: dict[str, dict[str, int]], **options: Any
+) -> Any:
+    """The end offsets a planner of `topics` plans for the batch from `start`, under its own
+    read limit (`options`: `stream_options`')."""
+    planner = CdcKafkaStreamReader(
+        parse_options(
+            stream_options(bootstrap=kafka.bootstrap, flavor=kafka.flavor, topics=topics, **options)
+        )
+    )
+    try:
+        return planner.latestOffset(start, planner.getDefaultReadLimit())
+    finally:
+        planner.stop()
+
+
 def test_a_vanished_topic_is_forgotten_when_told_to_continue_and_read_from_its_start_later(
     kafka: Any,
 ) -> None:
@@ -456,19 +472,7 @@ def test_a_vanished_topic_is_forgotten_when_told_to_continue_and_read_from_its_s
     checkpoint = {kept: {"0": 10}, vanished: {"0": 5}}  # both read before the re-creation
 
     def plan(start: dict[str, dict[str, int]], fail_on_data_loss: bool) -> Any:
-        options = parse_options(
-            stream_options(
-                bootstrap=kafka.bootstrap,
-                flavor=kafka.flavor,
-                topics=[kept, vanished],
-                fail_on_data_loss=fail_on_data_loss,
-            )
-        )
-        planner = CdcKafkaStreamReader(options)
-        try:
-            return planner.latestOffset(start, ReadAllAvailable())
-        finally:
-            planner.stop()
+        return planned_end(kafka, [kept, vanished], start, fail_on_data_loss=fail_on_data_loss)
 
     # Strict: a vanished topic stops advancing (and is checked when it is back).
     at_end = {kept: {"0": 3}, vanished: {"0": 5}}
@@ -496,20 +500,9 @@ def test_a_capped_backlog_is_read_oldest_first_in_time_order_and_in_proportion_o
     start = {first: {"0": 0}, second: {"0": 0}}
 
     def plan(order: str | None, cap: int) -> Any:
-        options = parse_options(
-            stream_options(
-                bootstrap=kafka.bootstrap,
-                flavor=kafka.flavor,
-                topics=[first, second],
-                max_offsets_per_trigger=cap,
-                backlog_order=order,
-            )
+        return planned_end(
+            kafka, [first, second], start, max_offsets_per_trigger=cap, backlog_order=order
         )
-        planner = CdcKafkaStreamReader(options)
-        try:
-            return planner.latestOffset(start, planner.getDefaultReadLimit())
-        finally:
-            planner.stop()
 
     assert plan(None, 20) == {first: {"0": 10}, second: {"0": 10}}
     in_time = plan("time", 40)
