@@ -16,6 +16,7 @@ from cdc_sync.source.offsets import (
     dumps,
     from_offset_json,
     loads,
+    oldest_first_floor,
     ranges_between,
     to_offset_json,
 )
@@ -123,8 +124,9 @@ def test_oldest_first_reads_a_snapshot_table_by_table_in_the_order_it_was_writte
     sizes: list[int], cap: int, rng: random.Random
 ) -> None:
     """A snapshot writes its tables one after another (each its own partition here, in an
-    order unrelated to their names): read oldest first, no batch reads a table before every
-    table written ahead of it has been read whole, and each batch uses the whole cap."""
+    order unrelated to their names): read oldest first, a batch reads a table beyond its floor
+    only once every table written ahead of it is read whole (in this batch or before), and
+    each batch uses the whole cap."""
     order = [("t", i) for i in range(len(sizes))]
     rng.shuffle(order)
     log: dict[tuple[str, int], list[int]] = {}
@@ -134,12 +136,11 @@ def test_oldest_first_reads_a_snapshot_table_by_table_in_the_order_it_was_writte
         clock += size
     done: set[tuple[str, int]] = {tp for tp in order if not log[tp]}
     for batch in read_in_batches(log, cap, oldest_first=True):
-        for tp in batch:
-            written_before = order[: order.index(tp)]
-            assert all(p in done or p in batch for p in written_before), (tp, batch)
-            ahead_in_batch = [p for p in written_before if p in batch]
-            assert all(batch[p][1] == len(log[p]) for p in ahead_in_batch), batch
+        floor = oldest_first_floor(cap, len([tp for tp in log if tp not in done]))
         done |= {tp for tp, (_, end) in batch.items() if end == len(log[tp])}
+        for tp, (begin, end) in batch.items():
+            if any(p not in done for p in order[: order.index(tp)]):
+                assert end - begin <= floor, (tp, batch)
     assert done == set(log)
 
 
@@ -149,21 +150,48 @@ def test_oldest_first_reads_a_snapshot_table_by_table_in_the_order_it_was_writte
     ),
     st.integers(1, 50),
 )
-def test_oldest_first_reads_interleaved_logs_whole_and_serves_the_oldest_head_first(
+def test_oldest_first_reads_interleaved_logs_whole_and_the_oldest_heads_beyond_their_floor(
     logs: dict[tuple[str, int], list[int]], cap: int
 ) -> None:
     """Partitions written at the same time (each its own timestamps, in order): every record is
-    read, in batches that use the whole cap, and a batch that leaves a partition unread read
-    only partitions whose next record was no newer."""
+    read, in batches that use the whole cap, and a partition read beyond its floor had a next
+    record no newer than any partition left with records after its floor (or less)."""
     log = {tp: sorted(times) for tp, times in logs.items()}
     start = dict.fromkeys(log, 0)
     for batch in read_in_batches(log, cap, oldest_first=True):
-        heads = {tp: log[tp][start[tp]] for tp in log if start[tp] < len(log[tp])}
-        skipped = [tp for tp in heads if tp not in batch]
-        for tp in batch:
-            assert all((heads[tp], tp) <= (heads[other], other) for other in skipped)
+        heads = {tp: (log[tp][start[tp]], tp) for tp in log if start[tp] < len(log[tp])}
+        floor = oldest_first_floor(cap, len(heads))
+        beyond = [tp for tp, (begin, end) in batch.items() if end - begin > floor]
+        short = [
+            tp
+            for tp in heads
+            if batch.get(tp, (0, 0))[1] - batch.get(tp, (0, 0))[0] <= floor
+            and batch.get(tp, (0, start[tp]))[1] < len(log[tp])
+        ]
+        assert all(heads[tp] <= heads[other] for tp in beyond for other in short), batch
         start |= {tp: end for tp, (_, end) in batch.items()}
     assert start == {tp: len(times) for tp, times in log.items()}
+
+
+@given(
+    st.lists(st.integers(1, 300), min_size=2, max_size=6),
+    st.integers(1, 500),
+    st.integers(0, 5),
+)
+def test_oldest_first_moves_every_waiting_partition_whatever_its_clock_says(
+    sizes: list[int], cap: int, ahead: int
+) -> None:
+    """One partition stamped far ahead of the others (a producer's clock) is still read in
+    every batch whose cap covers one record of each waiting partition."""
+    log = {("t", i): [i] * size for i, size in enumerate(sizes)}
+    skewed = ("t", ahead % len(sizes))
+    log[skewed] = [10**12] * len(log[skewed])
+    start = dict.fromkeys(log, 0)
+    for batch in read_in_batches(log, cap, oldest_first=True):
+        waiting = [tp for tp in log if start[tp] < len(log[tp])]
+        if cap >= len(waiting):
+            assert set(batch) == set(waiting), batch
+        start |= {tp: end for tp, (_, end) in batch.items()}
 
 
 def test_oldest_first_puts_partitions_without_a_head_time_last() -> None:

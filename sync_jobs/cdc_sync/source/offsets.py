@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from functools import partial
 
 TopicPartition = tuple[str, int]
+# Of a batch read oldest first, the part every waiting partition has first (`cap_oldest_first`).
+FLOOR_SHARE = 0.05
 PartitionOffsets = dict[TopicPartition, int]
 OffsetJson = dict[str, dict[str, int]]
 
@@ -117,11 +119,13 @@ def cap_oldest_first(
 ) -> PartitionOffsets:
     """End offsets reading at most ``max_total`` records, the log's oldest first: partitions in
     the order of their next record's timestamp (``heads``, epoch ms; ties by partition), each
-    read up to its whole backlog while the cap lasts. A backlog is then read in about the order
-    it was written: a snapshot's tables end one after another, each in an early batch, rather
-    than all in the backlog's last (``cap_total``'s shares). No partition waits for ever: one
-    left behind keeps its head while the others' move past it. Partitions without a head time
-    (``heads`` lacks them) go last. Partitions absent from ``start`` count from offset 0.
+    read up to its whole backlog while the cap lasts, after every waiting partition has had its
+    floor (`FLOOR_SHARE` of the cap between them). A backlog is then read in about the order it
+    was written: a snapshot's tables end one after another, each in an early batch, rather than
+    all in the backlog's last (``cap_total``'s shares). The floor keeps every partition moving
+    whatever its timestamps say (a producer's clock ahead of the others'), as long as the cap is
+    at least the number of partitions waiting. Partitions without a head time (``heads`` lacks
+    them) go last. Partitions absent from ``start`` count from offset 0.
     """
     if max_total <= 0:
         raise ValueError(f"maxOffsetsPerTrigger must be positive, got {max_total}")
@@ -131,13 +135,17 @@ def cap_oldest_first(
     end = {tp: latest[tp] if not lag else start.get(tp, 0) for tp, lag in backlog.items()}
     waiting = sorted((tp for tp, lag in backlog.items() if lag), key=partial(_oldest, heads))
     left = max_total
-    for tp in waiting:
-        taken = min(backlog[tp], left)
-        end[tp] += taken
-        left -= taken
-        if not left:
-            break
+    for share in (oldest_first_floor(max_total, len(waiting)), max_total):
+        for tp in waiting:
+            taken = min(latest[tp] - end[tp], share, left)
+            end[tp] += taken
+            left -= taken
     return end
+
+
+def oldest_first_floor(max_total: int, waiting: int) -> int:
+    """What `cap_oldest_first` gives each of `waiting` partitions before the oldest go on."""
+    return max(1, int(max_total * FLOOR_SHARE) // max(1, waiting))
 
 
 def _oldest(
