@@ -15,10 +15,11 @@ from dataclasses import dataclass
 from functools import partial
 
 TopicPartition = tuple[str, int]
-# Of a batch read oldest first, the part every waiting partition has first (`cap_oldest_first`).
-FLOOR_SHARE = 0.05
 PartitionOffsets = dict[TopicPartition, int]
 OffsetJson = dict[str, dict[str, int]]
+
+# Of a batch read oldest first, the part every waiting partition has first (`cap_oldest_first`).
+FLOOR_SHARE = 0.05
 
 
 @dataclass(frozen=True)

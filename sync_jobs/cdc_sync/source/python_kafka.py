@@ -275,9 +275,8 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         (shared proportionally there, and wherever a timestamp does not come)."""
         waiting = {tp: starts.get(tp, 0) for tp in end if end[tp] > starts.get(tp, 0)}
         backlog = sum(end[tp] - start for tp, start in waiting.items())
-        if self.options.backlog_order != "time" or backlog <= max_rows:
-            return cap_total(starts, end, max_rows)
-        if self.options.flavor == "noida":
+        in_time = self.options.backlog_order == "time" and self.options.flavor != "noida"
+        if not in_time or backlog <= max_rows:
             return cap_total(starts, end, max_rows)
         heads = head_times(self.head_consumer, waiting, HEAD_TIMEOUT_S)
         if heads.keys() != waiting.keys():
