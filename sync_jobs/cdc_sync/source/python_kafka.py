@@ -273,10 +273,10 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         waiting partitions' next records are read for their timestamps: only when the backlog
         exceeds the cap, and not on noida, whose fetch returns a partition's whole rest
         (shared proportionally there, and wherever a timestamp does not come)."""
+        if self.options.backlog_order != "time" or self.options.flavor == "noida":
+            return cap_total(starts, end, max_rows)
         waiting = {tp: starts.get(tp, 0) for tp in end if end[tp] > starts.get(tp, 0)}
-        backlog = sum(end[tp] - start for tp, start in waiting.items())
-        in_time = self.options.backlog_order == "time" and self.options.flavor != "noida"
-        if not in_time or backlog <= max_rows:
+        if sum(end[tp] - start for tp, start in waiting.items()) <= max_rows:
             return cap_total(starts, end, max_rows)
         heads = head_times(self.head_consumer, waiting, HEAD_TIMEOUT_S)
         if heads.keys() != waiting.keys():
