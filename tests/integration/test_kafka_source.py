@@ -26,6 +26,8 @@ from cdc_sync.core.kafka_clients import admin_config, consumer_config, producer_
 from cdc_sync.job.batch_phases import SmallBatches
 from cdc_sync.job.consumer_job import job_stream
 from cdc_sync.job.runner import JobOptions
+from cdc_sync.job.write.health import SinkHealth
+from cdc_sync.job.write.health_relay import HealthRelay
 from cdc_sync.source import kafka_stream, python_kafka, python_stream, stream_options
 from cdc_sync.source.builtin import builtin_kafka_available
 from cdc_sync.source.data_loss import DataLossError
@@ -321,16 +323,22 @@ def test_builtin_kafka_source_reads_each_record_once_when_its_jar_is_present(
 
 
 def test_recreated_topic_fails_the_restarted_job_naming_partition_and_offsets(
-    spark: SparkSession, kafka: Any, tmp_path: Path
+    spark: SparkSession, kafka: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     topic = f"reset{uuid.uuid4().hex[:8]}"
     create_topics(kafka.bootstrap, [topic], partitions=1)
     produce(kafka, one_partition(keyed_records([topic], 10, "old")))
     strict = JobOptions(checkpoint_dir=tmp_path / "checkpoint", warehouse=tmp_path / "warehouse")
+    relay = HealthRelay(SinkHealth())  # the job's: where the source's worker processes log
 
     def stream(options: JobOptions) -> DataFrame:
         return job_stream(
-            spark, options, bootstrap=kafka.bootstrap, flavor=kafka.flavor, topics=[topic]
+            spark,
+            options,
+            bootstrap=kafka.bootstrap,
+            flavor=kafka.flavor,
+            topics=[topic],
+            log_relay=relay.address,
         )
 
     assert len(run_available_now(stream(strict), strict.checkpoint_dir).rows) == 10
@@ -348,11 +356,23 @@ def test_recreated_topic_fails_the_restarted_job_naming_partition_and_offsets(
     assert "low watermark 0, high watermark 3" in message
     assert "--checkpoint" in message and "--no-fail-on-data-loss" in message
 
-    # failOnDataLoss=false on the same checkpoint: continues at 0 and reads the new records.
+    # failOnDataLoss=false on the same checkpoint: continues at 0 and reads the new records,
+    # and the planner's warning, written in Spark's worker process, reaches the job's log.
     lenient = replace(strict, fail_on_data_loss=False)
-    resumed = run_available_now(stream(lenient), lenient.checkpoint_dir)
+    with caplog.at_level(logging.WARNING, logger="cdc_sync.source"):
+        resumed = run_available_now(stream(lenient), lenient.checkpoint_dir)
     assert_exactly(resumed, expected_coordinates(fresh, {}))
+    warned = [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "cdc_sync.source.data_loss" and r.levelno == logging.WARNING
+    ]
+    assert warned, "the planner's data-loss warning never reached the job's log"
+    assert f"failOnDataLoss=false: topic '{topic}' partition 0" in warned[0]
+    assert "continuing from offset 0" in warned[0]
+    assert f":{os.getpid()})" not in warned[0]  # named after the worker that wrote it
     assert run_available_now(stream(strict), strict.checkpoint_dir).rows == []
+    relay.close()
 
 
 def test_checkpoint_below_the_retained_offsets_fails_or_continues(

@@ -20,7 +20,7 @@ from cdc_sync.source.offsets import (
     ranges_between,
     to_offset_json,
 )
-from cdc_sync.source.options import BACKLOG_ORDER, EARLIEST, LATEST, parse_options
+from cdc_sync.source.options import BACKLOG_ORDER, EARLIEST, LATEST, LOG_RELAY, parse_options
 
 pytestmark = pytest.mark.unit
 
@@ -280,3 +280,21 @@ def test_backlog_order_defaults_to_proportional_and_names_itself_when_wrong() ->
     assert parse_options({**raw, BACKLOG_ORDER: "Time"}).backlog_order == "time"
     with pytest.raises(ValueError, match=BACKLOG_ORDER):
         parse_options({**raw, BACKLOG_ORDER: "newest"})
+
+
+def test_the_log_relay_is_a_host_and_port_and_names_itself_when_wrong() -> None:
+    from cdc_sync.source import stream_options
+    from cdc_sync.source.builtin import builtin_options
+
+    raw = {"kafka.bootstrap.servers": "b:9092", "subscribe": "t"}
+    assert parse_options(raw).log_relay is None
+    assert parse_options({**raw, LOG_RELAY.lower(): "127.0.0.1:4100"}).log_relay == (
+        "127.0.0.1",
+        4100,
+    )
+    for wrong in ("127.0.0.1", "host:port", ":4100", "h:70000"):
+        with pytest.raises(ValueError, match=LOG_RELAY):
+            parse_options({**raw, LOG_RELAY: wrong})
+    options = stream_options(bootstrap="b:9092", flavor="kafka", topics=["t"], log_relay=("h", 1))
+    assert parse_options(options).log_relay == ("h", 1)
+    assert LOG_RELAY not in builtin_options(options)  # the Python source's alone

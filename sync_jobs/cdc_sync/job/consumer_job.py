@@ -126,10 +126,12 @@ def source_options(
     flavor: str,
     topics: list[str],
     oldest_first: bool = False,
+    log_relay: tuple[str, int] | None = None,
 ) -> dict[str, str]:
     """The Kafka source's options: bounded per micro-batch and checked for data loss as
     ``options`` say. The stream and the driver's small-batch reader share them. `oldest_first`:
-    a backlog is read in the log's time order (a document consumer's: see `ConsumerJob`)."""
+    a backlog is read in the log's time order (a document consumer's: see `ConsumerJob`).
+    `log_relay`: the job's task relay, where the source's worker processes log."""
     return stream_options(
         bootstrap=bootstrap,
         flavor=flavor,
@@ -137,14 +139,23 @@ def source_options(
         max_offsets_per_trigger=options.max_offsets_per_trigger,
         fail_on_data_loss=options.fail_on_data_loss,
         backlog_order="time" if oldest_first else None,
+        log_relay=log_relay,
     )
 
 
 def job_stream(
-    spark: SparkSession, options: JobOptions, *, bootstrap: str, flavor: str, topics: list[str]
+    spark: SparkSession,
+    options: JobOptions,
+    *,
+    bootstrap: str,
+    flavor: str,
+    topics: list[str],
+    log_relay: tuple[str, int] | None = None,
 ) -> DataFrame:
     """The Kafka stream a consumer reads."""
-    where = source_options(options, bootstrap=bootstrap, flavor=flavor, topics=topics)
+    where = source_options(
+        options, bootstrap=bootstrap, flavor=flavor, topics=topics, log_relay=log_relay
+    )
     return stream_with_options(spark, where)
 
 
@@ -221,6 +232,7 @@ class ConsumerJob:
             flavor=connections.kafka_flavor,
             topics=mapping.topics(),
             oldest_first=consumer.is_document,
+            log_relay=shared.relay.address,
         )
         retry = options.sink_retry(shared.health)
         modes = converter_modes(mapping)

@@ -16,6 +16,7 @@ from cdc_sync.source.options import (
     BOOTSTRAP,
     FAIL_ON_DATA_LOSS,
     FLAVOR,
+    LOG_RELAY,
     MAX_OFFSETS_PER_TRIGGER,
     SOURCE_NAME,
     SUBSCRIBE,
@@ -44,10 +45,11 @@ def stream_options(
     max_offsets_per_trigger: int | None = None,
     fail_on_data_loss: bool = True,
     backlog_order: str | None = None,
+    log_relay: tuple[str, int] | None = None,
 ) -> dict[str, str]:
-    """Options understood by both sources (validated here, once); `backlog_order` is the
-    Python source's alone (`BACKLOG_ORDER`: the built-in source shares a capped batch
-    proportionally)."""
+    """Options understood by both sources (validated here, once); `backlog_order` and
+    `log_relay` are the Python source's alone (`BACKLOG_ORDER`: the built-in source shares a
+    capped batch proportionally; `LOG_RELAY`: where its worker processes' log records go)."""
     options = {
         BOOTSTRAP: bootstrap,
         FLAVOR: flavor,
@@ -62,6 +64,8 @@ def stream_options(
         options[MAX_OFFSETS_PER_TRIGGER] = str(max_offsets_per_trigger)
     if backlog_order is not None:
         options[BACKLOG_ORDER] = backlog_order
+    if log_relay is not None:
+        options[LOG_RELAY] = f"{log_relay[0]}:{log_relay[1]}"
     parse_options(options)
     return options
 

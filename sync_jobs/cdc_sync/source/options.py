@@ -34,6 +34,9 @@ SHARED_HIGHS_DEFAULT_MS = {"kafka": 0, "tansu": 250, "noida": 0}
 # to their backlogs (Spark's rule), or "time": the log's oldest records first (offsets.py).
 BACKLOG_ORDER = "cdc.kafka.backlogOrder"
 BACKLOG_ORDERS = ("proportional", "time")
+# "host:port" of the job's task relay (core.relay): the source's own log records, written in
+# Spark's worker processes, go there to the job's console and log file.
+LOG_RELAY = "cdc.kafka.logRelay"
 KNOWN_OPTIONS = (
     BOOTSTRAP,
     FLAVOR,
@@ -45,6 +48,7 @@ KNOWN_OPTIONS = (
     FETCH_TIMEOUT,
     SHARED_HIGHS,
     BACKLOG_ORDER,
+    LOG_RELAY,
 )
 
 KAFKA_PREFIX = "kafka."
@@ -69,6 +73,7 @@ class KafkaSourceOptions:
     fail_on_data_loss: bool = True
     shared_highs_ms: int = 0  # SHARED_HIGHS; 0: every planner asks the broker itself
     backlog_order: str = "proportional"  # BACKLOG_ORDER
+    log_relay: tuple[str, int] | None = None  # LOG_RELAY
     # Other ``kafka.<setting>`` options, passed to the consumer as ``<setting>`` (like Spark).
     consumer_overrides: tuple[tuple[str, str], ...] = ()
 
@@ -139,6 +144,7 @@ def parse_options(raw: Mapping[str, str]) -> KafkaSourceOptions:
         if SHARED_HIGHS.lower() in options
         else SHARED_HIGHS_DEFAULT_MS[flavor],
         backlog_order=_parse_choice(get(BACKLOG_ORDER), BACKLOG_ORDER, BACKLOG_ORDERS),
+        log_relay=_parse_address(get(LOG_RELAY), LOG_RELAY),
         consumer_overrides=tuple(
             sorted(
                 (key.removeprefix(KAFKA_PREFIX), value)
@@ -192,6 +198,15 @@ def _parse_choice(value: str | None, name: str, choices: tuple[str, ...]) -> str
     if value.lower() in choices:
         return value.lower()
     raise ValueError(f"{SOURCE_NAME}: option {name!r} must be one of {choices}, got {value!r}")
+
+
+def _parse_address(value: str | None, name: str) -> tuple[str, int] | None:
+    if value is None:
+        return None
+    host, _, port = value.rpartition(":")
+    if host and port.isdigit() and 0 < int(port) < 65536:
+        return host, int(port)
+    raise ValueError(f"{SOURCE_NAME}: option {name!r} must be 'host:port', got {value!r}")
 
 
 def _parse_bool(value: str | None, name: str, *, default: bool) -> bool:

@@ -35,6 +35,7 @@ from pyspark.sql.types import (
 )
 
 from cdc_sync.core.kafka_clients import consumer_config
+from cdc_sync.core.relay import relay_logs
 from cdc_sync.source.data_loss import (
     Watermarks,
     batch_ranges,
@@ -144,6 +145,7 @@ def _consumer(options: KafkaSourceOptions, **overrides: Any) -> Consumer:
 class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: KafkaSourceOptions) -> None:
         self.options = options
+        relay_logs(options.log_relay)  # made in the planner's worker process
         self._metadata_consumer: Consumer | None = None
         self._head_consumer: Consumer | None = None
         self._shared_highs = SharedHighs(options.bootstrap, options.shared_highs_ms)
@@ -168,6 +170,7 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
+        relay_logs(self.options.log_relay)  # unpickled in an executor's worker process
 
     @property
     def metadata_consumer(self) -> Consumer:

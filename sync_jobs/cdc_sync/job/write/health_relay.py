@@ -1,29 +1,28 @@
-"""Sink health from executor tasks to the driver, while the tasks still run.
+"""Sink health and log lines from executor tasks to the driver, while the tasks still run.
 
 Row sinks write in executor tasks, whose retries (`core.retry`) would otherwise report only to
 the executor's stderr, and Spark accumulators reach the driver only when a task ends: a task
 waiting minutes for a frozen sink would be invisible. So the driver listens on a small TCP port
 (`HealthRelay`, on the driver's host, which every executor reaches) and each task's retry
-observer (`RelayObserver`, picklable: it holds only the address) sends one JSON line per event.
-The driver logs it (naming the task's host and process) and updates `SinkHealth`. Reporting is
-best effort: a lost report never fails a write.
+observer (`RelayObserver`, picklable: it holds only the address) sends one JSON line per event
+(`core.relay`). The driver logs it (naming the task's host and process) and updates
+`SinkHealth`. The same port takes the log records of Spark's worker processes (the Kafka
+source's planner and readers, `core.relay.relay_logs`), handled as the driver's own.
+Reporting is best effort: a lost report never fails a write.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
-import socket
 import socketserver
 import threading
 from datetime import UTC, datetime
 
+from cdc_sync.core.relay import relayed_record, send_line
 from cdc_sync.job.write.health import SinkHealth
 
 log = logging.getLogger(__name__)
-
-SEND_TIMEOUT_SECONDS = 2.0
 
 
 class RelayObserver:
@@ -44,21 +43,8 @@ class RelayObserver:
     def _send(
         self, event: str, target: str, what: str, since: float | None, error: str | None
     ) -> None:
-        line = json.dumps(
-            {
-                "event": event,
-                "target": target,
-                "what": what,
-                "since": since,
-                "error": error,
-                "task": f"{socket.gethostname()}:{os.getpid()}",
-            }
-        )
-        try:
-            with socket.create_connection(self.address, timeout=SEND_TIMEOUT_SECONDS) as conn:
-                conn.sendall(line.encode() + b"\n")
-        except OSError as exc:  # the driver's log misses one report; the write goes on
-            log.debug("sink health report to the driver failed: %s", exc)
+        payload = {"event": event, "target": target, "what": what, "since": since, "error": error}
+        send_line(self.address, payload)
 
 
 class HealthRelay:
@@ -88,6 +74,10 @@ class HealthRelay:
     def receive(self, line: bytes) -> None:
         try:
             report = json.loads(line)
+            record = relayed_record(report)
+            if record is not None:
+                logging.getLogger(record.name).handle(record)
+                return
             event, target, what = report["event"], report["target"], report["what"]
         except (ValueError, KeyError, TypeError):
             log.warning("sink health relay: unreadable report ignored")

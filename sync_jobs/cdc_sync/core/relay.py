@@ -1,0 +1,98 @@
+"""Lines from Spark's worker processes to the job's driver, while they run.
+
+Executor tasks and the Python data source's planner run in processes Spark starts: their
+logging is configured by no one (a record below WARNING is dropped, a warning goes to the
+worker's stderr, which the quiet console sends to `spark.log`), and their results reach the
+driver only when they end. So the driver listens on a small TCP port (the job's task relay,
+on the driver's host, which every executor reaches) and a worker sends one JSON line per event:
+a sink's health (`job.write.health_relay`) or a log record (`relay_logs`), which the driver
+logs as its own, to its console and `job.log`. Sending is best effort: a lost line never fails
+the work that sent it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+from collections.abc import Mapping
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+SEND_TIMEOUT_SECONDS = 2.0
+LOG_EVENT = "log"  # the event of a relayed log record
+# The loggers whose records a worker relays: the Kafka source's (its planner's decisions, its
+# readers' transient broker errors). Executor tasks' sink waits reach the driver as health
+# events instead (`job.write.health_relay`), which the driver words itself.
+RELAYED = "cdc_sync.source"
+
+
+def worker_name() -> str:
+    """The sending process, as the driver's lines name it."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def send_line(address: tuple[str, int], payload: Mapping[str, Any]) -> None:
+    """One JSON line to the driver's relay at `address`; a failure is logged here, at DEBUG."""
+    line = json.dumps({**payload, "task": worker_name()}, default=str)
+    try:
+        with socket.create_connection(address, timeout=SEND_TIMEOUT_SECONDS) as conn:
+            conn.sendall(line.encode() + b"\n")
+    except OSError as exc:
+        log.debug("a line to the driver's relay %s failed: %s", address, exc)
+
+
+class RelayedLogs(logging.Handler):
+    """Sends each record to the driver's relay, formatted here (its arguments and traceback
+    need not cross)."""
+
+    def __init__(self, address: tuple[str, int]) -> None:
+        super().__init__(logging.INFO)
+        self.address = address
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.name == __name__:
+            return  # a failed send's own record: sending it would fail again
+        try:
+            message = record.getMessage()
+            if record.exc_info:
+                message += "\n" + logging.Formatter().formatException(record.exc_info)
+            send_line(
+                self.address,
+                {
+                    "event": LOG_EVENT,
+                    "logger": record.name,
+                    "level": record.levelno,
+                    "message": message,
+                },
+            )
+        except Exception:
+            self.handleError(record)
+
+
+def relay_logs(address: tuple[str, int] | None) -> None:
+    """In a process whose logging nobody configured (a Spark worker's), the `RELAYED` records
+    from INFO up go to the driver's relay at `address`; once per process and address. A process
+    with handlers of its own (the driver, a test session) keeps its configuration."""
+    if address is None or logging.getLogger().handlers:
+        return
+    project = logging.getLogger(RELAYED)
+    if any(isinstance(h, RelayedLogs) and h.address == address for h in project.handlers):
+        return
+    for handler in [h for h in project.handlers if isinstance(h, RelayedLogs)]:
+        project.removeHandler(handler)  # a driver restarted on another port
+    project.addHandler(RelayedLogs(address))
+    if project.level == logging.NOTSET or project.level > logging.INFO:
+        project.setLevel(logging.INFO)
+
+
+def relayed_record(report: Mapping[str, Any]) -> logging.LogRecord | None:
+    """The record a relayed log line carries, re-made on the driver (None: not a log line)."""
+    if report.get("event") != LOG_EVENT:
+        return None
+    name = str(report.get("logger") or RELAYED)
+    level = int(report.get("level") or logging.INFO)
+    message = f"{report.get('message')} (in {report.get('task')})"
+    return logging.getLogger(name).makeRecord(name, level, "(relayed)", 0, message, (), None)

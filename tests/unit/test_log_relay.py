@@ -1,0 +1,68 @@
+"""Log records of a process nobody configured logging in (a Spark worker's) reach the driver."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from cdc_sync.core.relay import RelayedLogs, relay_logs
+from cdc_sync.job.write.health import SinkHealth
+from cdc_sync.job.write.health_relay import HealthRelay
+
+WORKER = """
+import logging, sys
+from cdc_sync.core.relay import relay_logs
+relay_logs((sys.argv[1], int(sys.argv[2])))
+relay_logs((sys.argv[1], int(sys.argv[2])))  # twice: still one handler
+log = logging.getLogger("cdc_sync.source.python_kafka")
+log.debug("not relayed: below INFO")
+log.info("planned %d partitions in proportion", 3)
+try:
+    raise KeyError("gone")
+except KeyError:
+    log.warning("a transient read failed", exc_info=True)
+logging.getLogger("urllib3").warning("not the source's")
+logging.getLogger("cdc_sync.core.retry").warning("not the source's: relayed as health events")
+"""
+
+
+def test_a_worker_processes_records_reach_the_drivers_log_as_its_own(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    relay = HealthRelay(SinkHealth())
+    try:
+        host, port = relay.address
+        with caplog.at_level(logging.DEBUG):
+            subprocess.run([sys.executable, "-c", WORKER, host, str(port)], check=True)
+            deadline = time.monotonic() + 10
+            while len(relayed(caplog)) < 2 and time.monotonic() < deadline:
+                time.sleep(0.05)
+        records = relayed(caplog)
+    finally:
+        relay.close()
+    assert [r.levelno for r in records] == [logging.INFO, logging.WARNING]
+    info, warning = (r.getMessage() for r in records)
+    assert info.startswith("planned 3 partitions in proportion (in ")
+    assert (
+        warning.startswith("a transient read failed\nTraceback") and "KeyError: 'gone'" in warning
+    )
+    assert all(f":{os.getpid()})" not in r.getMessage() for r in records)  # the worker's pid
+    assert not [r for r in caplog.records if "not " in r.getMessage()]
+
+
+def relayed(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.name == "cdc_sync.source.python_kafka"]
+
+
+def test_a_process_with_its_own_logging_keeps_it() -> None:
+    project = logging.getLogger("cdc_sync.source")
+    before = list(project.handlers)
+    assert logging.getLogger().handlers  # pytest's capture: a configured process
+    relay_logs(("127.0.0.1", 1))
+    assert project.handlers == before
+    assert not any(isinstance(h, RelayedLogs) for h in project.handlers)
