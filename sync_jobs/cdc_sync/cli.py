@@ -201,13 +201,15 @@ def _stop_on_signals() -> threading.Event:
     sink's client, Spark's own shutdown): an orchestrator's grace period is not ours to use up.
     Counted from the signal by its own thread, so neither the main thread's polling nor a call
     it is stuck in can delay it."""
+    from cdc_sync.core.logs import stopping_now
     from cdc_sync.core.retry import abandon_retries
 
     stopping = threading.Event()
 
     def stop(_signum: int, _frame: FrameType | None) -> None:
-        # Only a flag: the handler runs on the main thread, which may be inside a py4j call,
+        # Only flags: the handler runs on the main thread, which may be inside a py4j call,
         # and a py4j call from there fails ("reentrant call"), leaving the query up.
+        stopping_now()  # py4j's reports of the JVM ending are the stop's, not errors
         stopping.set()
 
     def leave() -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from cdc_sync.core import logs
 from cdc_sync.core.logs import CONSOLE, setup_logging
 from cdc_sync.core.model import TableId
 from cdc_sync.job.observe.console import BatchLine, SnapshotProgress, batch_line
@@ -48,6 +49,35 @@ def test_console_shows_warnings_and_job_lines_the_file_everything(
     logged = (tmp_path / "job.log").read_text()
     assert "detailed" in logged and "batch 3: 10 records" in logged
     assert settings.jvm_log == tmp_path / "spark.log"
+
+
+def test_after_a_stop_signal_py4j_reports_of_the_jvm_ending_leave_the_console(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], restore_logging: None
+) -> None:
+    setup_logging(verbose=False, directory=tmp_path)
+    gateway = "/venv/lib/python3.11/site-packages/py4j/java_gateway.py"
+
+    def py4j_reports(text: str) -> None:  # as py4j logs it: the root logger, with a traceback
+        error = ConnectionResetError(104, "Connection reset by peer")
+        record = logging.getLogger().makeRecord(
+            "root", logging.ERROR, gateway, 1060, text, (), (ConnectionResetError, error, None)
+        )
+        logging.getLogger().handle(record)
+
+    py4j_reports("Exception while sending command. (running)")
+    assert "(running)" in capsys.readouterr().err  # the JVM gone while running: an error
+    logs.stopping_now()
+    try:
+        py4j_reports("Exception while sending command. (stopping)")
+        logging.getLogger("cdc_sync.sinks").error("a real error while stopping")
+    finally:
+        logs._stopping.clear()
+    console = capsys.readouterr().err
+    assert "(stopping)" not in console and "a real error while stopping" in console
+    assert (
+        "DEBUG root: Exception while sending command. (stopping)"
+        in (tmp_path / "job.log").read_text()
+    )
 
 
 def test_verbose_console_shows_everything_and_keeps_spark_output(

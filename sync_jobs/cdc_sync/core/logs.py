@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import logging.handlers
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
@@ -25,6 +26,11 @@ NOISY = ("py4j", "urllib3", "elastic_transport", "opensearch")
 # job says the same once, in its own line ("waiting for sink search ... retrying until"), and
 # decides what is transient; so their reports go to the log file only, at DEBUG.
 CLIENT_REPORTS = ("urllib3", "elastic_transport", "opensearch", "elasticsearch")
+
+
+# Set by a stop signal (`stopping_now`): from then on Spark's JVM ending under a py4j call is the
+# stop itself (a signal to the whole process group reaches the JVM too), not an error.
+_stopping = threading.Event()
 
 
 @dataclass(frozen=True)
@@ -71,6 +77,20 @@ def _demote_client_reports(record: logging.LogRecord) -> bool:
     return True
 
 
+def stopping_now() -> None:
+    """The job was asked to stop: py4j's reports of its connection to Spark's JVM ending
+    (`Exception while sending command.`, logged at ERROR with a traceback, on the root
+    logger) go to the log file at DEBUG from now on, not to the console."""
+    _stopping.set()
+
+
+def _demote_py4j_after_stop(record: logging.LogRecord) -> bool:
+    """A handler filter, as `_demote_client_reports`."""
+    if _stopping.is_set() and "py4j" in Path(record.pathname).parts:
+        record.levelno, record.levelname = logging.DEBUG, logging.getLevelName(logging.DEBUG)
+    return True
+
+
 class OneLineFormatter(logging.Formatter):
     """The quiet console's lines: time and message, and an exception as its class and first
     line only: its traceback is in the log file, which every record reaches too."""
@@ -100,6 +120,7 @@ def setup_logging(verbose: bool, directory: Path | None = None) -> LogSettings:
     root.setLevel(logging.DEBUG if verbose else logging.INFO)
     console = ConsoleHandler()
     console.addFilter(_demote_client_reports)
+    console.addFilter(_demote_py4j_after_stop)
     if verbose:
         console.setFormatter(logging.Formatter(FORMAT))
     else:
@@ -116,6 +137,7 @@ def setup_logging(verbose: bool, directory: Path | None = None) -> LogSettings:
         )
         file.setFormatter(logging.Formatter(FORMAT))
         file.addFilter(_demote_client_reports)
+        file.addFilter(_demote_py4j_after_stop)
         root.addHandler(file)
     for noisy in NOISY:
         logging.getLogger(noisy).setLevel(logging.WARNING)
