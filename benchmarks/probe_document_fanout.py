@@ -179,6 +179,9 @@ def heap_peak(work: Callable[[], object]) -> int:
 # -- the steps ---------------------------------------------------------------------------------
 
 
+PROGRESS_BATCHES = 100  # merge batches between progress lines
+
+
 def build(sync: DocumentSync, layout: Layout, writer: CountingWriter, batch: int) -> list[Phase]:
     """Every row merged in the job's batches (each taken as full: its roots wait), then every
     pending root rendered: the merge's and the render's figures."""
@@ -190,7 +193,18 @@ def build(sync: DocumentSync, layout: Layout, writer: CountingWriter, batch: int
         }
         records = sum(len(indexes) for indexes in slices.values())
         timed(merge, records, partial(sync.apply, [], changes, records=batch, batch_id=number))
+        if number % PROGRESS_BATCHES == PROGRESS_BATCHES - 1:  # a long run shows its pace
+            print(
+                f"  merged {merge.items:,} rows in {merge.wall:.0f} s "
+                f"({merge.items / merge.wall:,.0f}/s, {merge.cpu:.0f} CPU s)",
+                flush=True,
+            )
     finish(merge)
+    print(
+        f"  merge: {merge.items:,} rows in {merge.wall:.1f} s "
+        f"({merge.items / merge.wall:,.0f}/s, {merge.cpu:.1f} CPU s)",
+        flush=True,
+    )
     render = start(Phase())
     before = writer.documents
     timed(render, 0, lambda: sync.apply([], {}))
