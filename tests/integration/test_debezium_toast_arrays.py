@@ -93,18 +93,25 @@ def database(pg_url: str) -> Iterator[tuple[str, dict[str, tuple[str, str, int]]
 
 
 def test_unchanged_toasted_arrays_of_every_type_are_unavailable(
-    database: tuple[str, dict[str, tuple[str, str, int]]], kafka: KafkaEndpoint, tmp_path: Path
+    database: tuple[str, dict[str, tuple[str, str, int]]],
+    kafka: KafkaEndpoint,
+    tmp_path: Path,
+    capfd: pytest.CaptureFixture[str],
 ) -> None:
     url, columns = database
     with captured(url, kafka, tmp_path, [TABLE]) as prefix:
         reader = TopicReader(kafka, f"{prefix}.{TABLE}")
         try:
             [snapshot] = reader.wait_count(1)
+            capfd.readouterr()
             with psycopg.connect(url, autocommit=True) as conn:
                 conn.execute(f"UPDATE {TABLE} SET n = 1 WHERE id = 1")
             update = reader.wait_count(2)[1]
         finally:
             reader.close()
+    # Debezium's warning and stack trace per null placeholder (the engine's log4j2.properties):
+    # expected on every such update, and the job reads the values back: not on the console.
+    assert "Failed to properly convert" not in capfd.readouterr().err
     assert update.value is not None
     after = json.loads(update.value)["payload"]["after"]
     # What Debezium sent for each column (the forms schema/unavailable.py's table lists).
