@@ -66,3 +66,33 @@ def test_a_process_with_its_own_logging_keeps_it() -> None:
     relay_logs(("127.0.0.1", 1))
     assert project.handlers == before
     assert not any(isinstance(h, RelayedLogs) for h in project.handlers)
+
+
+def test_an_unreachable_relay_is_not_asked_again_for_a_while(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    gone = HealthRelay(SinkHealth())
+    address = gone.address
+    gone.close()  # nobody listens any more
+    record = logging.getLogger("cdc_sync.source").makeRecord(
+        "cdc_sync.source.python_kafka", logging.WARNING, __file__, 1, "a line", (), None
+    )
+    refused = RelayedLogs(address)
+    refused.emit(record)  # the line is lost, the work goes on
+    assert refused._paused_until > time.monotonic()
+
+    relay = HealthRelay(SinkHealth())
+    try:
+        handler = RelayedLogs(relay.address)
+        handler._paused_until = refused._paused_until  # as if it had just failed
+        with caplog.at_level(logging.DEBUG):
+            handler.emit(record)  # skipped while paused
+            handler._paused_until = 0.0
+            handler.emit(record)  # sent once the pause is over
+            deadline = time.monotonic() + 10
+            while not relayed(caplog) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            time.sleep(0.2)  # a line sent while paused would have arrived by now too
+    finally:
+        relay.close()
+    assert len(relayed(caplog)) == 1

@@ -16,12 +16,17 @@ import json
 import logging
 import os
 import socket
+import time
 from collections.abc import Mapping
 from typing import Any
 
 log = logging.getLogger(__name__)
 
 SEND_TIMEOUT_SECONDS = 2.0
+# After a log line could not be sent, a worker sends none for this long: a relay it cannot reach
+# (a firewall between executors and the driver) costs each line the send timeout, and the
+# source's read loop logs each transient broker error.
+PAUSE_AFTER_FAILURE_SECONDS = 60.0
 LOG_EVENT = "log"  # the event of a relayed log record
 # The loggers whose records a worker relays: the Kafka source's (its planner's decisions, its
 # readers' transient broker errors). Executor tasks' sink waits reach the driver as health
@@ -34,14 +39,17 @@ def worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def send_line(address: tuple[str, int], payload: Mapping[str, Any]) -> None:
-    """One JSON line to the driver's relay at `address`; a failure is logged here, at DEBUG."""
+def send_line(address: tuple[str, int], payload: Mapping[str, Any]) -> bool:
+    """One JSON line to the driver's relay at `address`: whether it went (a failure is logged
+    here, at DEBUG)."""
     line = json.dumps({**payload, "task": worker_name()}, default=str)
     try:
         with socket.create_connection(address, timeout=SEND_TIMEOUT_SECONDS) as conn:
             conn.sendall(line.encode() + b"\n")
     except OSError as exc:
         log.debug("a line to the driver's relay %s failed: %s", address, exc)
+        return False
+    return True
 
 
 class RelayedLogs(logging.Handler):
@@ -51,15 +59,16 @@ class RelayedLogs(logging.Handler):
     def __init__(self, address: tuple[str, int]) -> None:
         super().__init__(logging.INFO)
         self.address = address
+        self._paused_until = 0.0
 
     def emit(self, record: logging.LogRecord) -> None:
-        if record.name == __name__:
-            return  # a failed send's own record: sending it would fail again
+        if record.name == __name__ or time.monotonic() < self._paused_until:
+            return  # a failed send's own record, or the relay unreachable a moment ago
         try:
             message = record.getMessage()
             if record.exc_info:
                 message += "\n" + logging.Formatter().formatException(record.exc_info)
-            send_line(
+            sent = send_line(
                 self.address,
                 {
                     "event": LOG_EVENT,
@@ -68,6 +77,8 @@ class RelayedLogs(logging.Handler):
                     "message": message,
                 },
             )
+            if not sent:
+                self._paused_until = time.monotonic() + PAUSE_AFTER_FAILURE_SECONDS
         except Exception:
             self.handleError(record)
 
