@@ -42,6 +42,11 @@ def test_placeholders_resolve_from_the_postgres_url(tmp_path: Path) -> None:
     assert props["database.dbname"] == "shop"
     assert props["slot.name"] == "other"
     assert props["offset.storage.file.filename"].startswith(str(tmp_path))
+    assert props["statistics.metrics.enabled"] == "false"  # nobody reads them: no JMX here
+    kept = engine_properties(
+        load_connector(SHOP), env, tmp_path, {"statistics.metrics.enabled": "true"}
+    )
+    assert kept["statistics.metrics.enabled"] == "true"
 
 
 def test_missing_placeholder_value_names_the_key(tmp_path: Path) -> None:
