@@ -62,8 +62,8 @@ class RelayedLogs(logging.Handler):
         self._paused_until = 0.0
 
     def emit(self, record: logging.LogRecord) -> None:
-        if record.name == __name__ or time.monotonic() < self._paused_until:
-            return  # a failed send's own record, or the relay unreachable a moment ago
+        if time.monotonic() < self._paused_until:
+            return  # the relay was unreachable a moment ago
         try:
             message = record.getMessage()
             if record.exc_info:
@@ -89,14 +89,14 @@ def relay_logs(address: tuple[str, int] | None) -> None:
     with handlers of its own (the driver, a test session) keeps its configuration."""
     if address is None or logging.getLogger().handlers:
         return
-    project = logging.getLogger(RELAYED)
-    if any(isinstance(h, RelayedLogs) and h.address == address for h in project.handlers):
+    relayed = logging.getLogger(RELAYED)
+    if any(isinstance(h, RelayedLogs) and h.address == address for h in relayed.handlers):
         return
-    for handler in [h for h in project.handlers if isinstance(h, RelayedLogs)]:
-        project.removeHandler(handler)  # a driver restarted on another port
-    project.addHandler(RelayedLogs(address))
-    if project.level == logging.NOTSET or project.level > logging.INFO:
-        project.setLevel(logging.INFO)
+    for handler in [h for h in relayed.handlers if isinstance(h, RelayedLogs)]:
+        relayed.removeHandler(handler)  # a driver restarted on another port
+    relayed.addHandler(RelayedLogs(address))
+    if relayed.level == logging.NOTSET or relayed.level > logging.INFO:
+        relayed.setLevel(logging.INFO)
 
 
 def relayed_record(report: Mapping[str, Any]) -> logging.LogRecord | None:
