@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from cdc_sync.core.relay import RelayedLogs, relay_logs
+from cdc_sync.core.relay import RelayedLogs, RelayedRecords, relay_logs
 from cdc_sync.job.write.health import SinkHealth
 from cdc_sync.job.write.health_relay import HealthRelay
 
@@ -96,3 +96,17 @@ def test_an_unreachable_relay_is_not_asked_again_for_a_while(
     finally:
         relay.close()
     assert len(relayed(caplog)) == 1
+
+
+def test_a_line_several_workers_send_alike_is_logged_once_a_window() -> None:
+    records = RelayedRecords(window_seconds=0.3)
+    line = {"event": "log", "logger": "cdc_sync.source.data_loss", "level": 30, "message": "lost"}
+    first = records.record({**line, "task": "vm:1"})
+    assert first is not None and first.getMessage() == "lost (in vm:1)"
+    assert records.record({**line, "task": "vm:2"}) is None  # another planner, same decision
+    other = records.record({**line, "message": "lost elsewhere", "task": "vm:2"})
+    assert other is not None
+    assert records.record({"event": "waiting", "target": "search"}) is None  # no log line
+    time.sleep(0.35)
+    again = records.record({**line, "task": "vm:3"})
+    assert again is not None and again.getMessage() == "lost (in vm:3)"

@@ -16,6 +16,7 @@ import json
 import logging
 import os
 import socket
+import threading
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -28,6 +29,9 @@ SEND_TIMEOUT_SECONDS = 2.0
 # source's read loop logs each transient broker error.
 PAUSE_AFTER_FAILURE_SECONDS = 60.0
 LOG_EVENT = "log"  # the event of a relayed log record
+# A line several workers send alike (each consumer's planner decides the same data loss, and
+# checks it again when it plans the batch's partitions) is logged once in this long.
+SAME_LINE_SECONDS = 60.0
 # The loggers whose records a worker relays: the Kafka source's (its planner's decisions, its
 # readers' transient broker errors). Executor tasks' sink waits reach the driver as health
 # events instead (`job.write.health_relay`), which the driver words itself.
@@ -99,11 +103,27 @@ def relay_logs(address: tuple[str, int] | None) -> None:
         relayed.setLevel(logging.INFO)
 
 
-def relayed_record(report: Mapping[str, Any]) -> logging.LogRecord | None:
-    """The record a relayed log line carries, re-made on the driver (None: not a log line)."""
-    if report.get("event") != LOG_EVENT:
-        return None
-    name = str(report.get("logger") or RELAYED)
-    level = int(report.get("level") or logging.INFO)
-    message = f"{report.get('message')} (in {report.get('task')})"
-    return logging.getLogger(name).makeRecord(name, level, "(relayed)", 0, message, (), None)
+class RelayedRecords:
+    """The driver's side: the record each relayed log line carries, re-made as the driver's
+    own, a line that came alike within `SAME_LINE_SECONDS` (from any worker) left out."""
+
+    def __init__(self, window_seconds: float = SAME_LINE_SECONDS) -> None:
+        self.window_seconds = window_seconds
+        self._last: dict[tuple[str, int, str], float] = {}
+        self._lock = threading.Lock()  # the relay handles each connection in a thread
+
+    def record(self, report: Mapping[str, Any]) -> logging.LogRecord | None:
+        """None when `report` is no log line, or the same line came a moment ago."""
+        if report.get("event") != LOG_EVENT:
+            return None
+        name = str(report.get("logger") or RELAYED)
+        level = int(report.get("level") or logging.INFO)
+        text = str(report.get("message"))
+        now = time.monotonic()
+        with self._lock:
+            self._last = {k: t for k, t in self._last.items() if now - t < self.window_seconds}
+            if (name, level, text) in self._last:
+                return None
+            self._last[(name, level, text)] = now
+        message = f"{text} (in {report.get('task')})"
+        return logging.getLogger(name).makeRecord(name, level, "(relayed)", 0, message, (), None)

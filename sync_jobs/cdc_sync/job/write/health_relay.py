@@ -19,7 +19,7 @@ import socketserver
 import threading
 from datetime import UTC, datetime
 
-from cdc_sync.core.relay import relayed_record, send_line
+from cdc_sync.core.relay import LOG_EVENT, RelayedRecords, send_line
 from cdc_sync.job.write.health import SinkHealth
 
 log = logging.getLogger(__name__)
@@ -59,6 +59,7 @@ class HealthRelay:
                     relay.receive(line)
 
         self.health = health
+        self.logs = RelayedRecords()
         self._server = socketserver.ThreadingTCPServer((host, 0), Handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(
@@ -74,12 +75,13 @@ class HealthRelay:
     def receive(self, line: bytes) -> None:
         try:
             report = json.loads(line)
-            record = relayed_record(report)
-            if record is not None:
-                logging.getLogger(record.name).handle(record)
+            if report.get("event") == LOG_EVENT:
+                record = self.logs.record(report)
+                if record is not None:
+                    logging.getLogger(record.name).handle(record)
                 return
             event, target, what = report["event"], report["target"], report["what"]
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, AttributeError):
             log.warning("sink health relay: unreadable report ignored")
             return
         task = report.get("task")
