@@ -45,8 +45,8 @@ READY_QUIET_SECONDS = 3.0  # no snapshot to send: ready once the engine has been
 # -Xrs: SIGTERM/SIGINT reach Python (a clean engine stop) instead of the JVM exiting.
 JVM_OPTIONS = [f"-Dlog4j2.configurationFile={LOG4J_CONFIG}", "-Xmx768m", "-Xrs"]
 FILE_OFFSET_STORE = "org.apache.kafka.connect.storage.FileOffsetBackingStore"
-LINGER_SECONDS = 2.0
-STATISTICS = "statistics.metrics.enabled"  # a stopped engine's Java threads get this long to end
+LINGER_SECONDS = 2.0  # a stopped engine's Java threads get this long to end
+STATISTICS = "statistics.metrics.enabled"  # Debezium's latency statistics (engine_properties)
 
 
 def default_state_dir(connector: Path) -> Path:
