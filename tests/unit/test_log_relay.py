@@ -19,6 +19,7 @@ import logging, sys
 from cdc_sync.core.relay import relay_logs
 relay_logs((sys.argv[1], int(sys.argv[2])))
 relay_logs((sys.argv[1], int(sys.argv[2])))  # twice: still one handler
+assert len(logging.getLogger("cdc_sync.source").handlers) == 1  # the driver dedups lines alike
 log = logging.getLogger("cdc_sync.source.python_kafka")
 log.debug("not relayed: below INFO")
 log.info("planned %d partitions in proportion", 3)
