@@ -38,6 +38,22 @@ def test_a_planner_plans_with_the_highs_another_asked_for_a_moment_ago(tmp_path:
     assert len(broker.asked) == 1
 
 
+def test_a_planner_never_plans_twice_with_one_read(tmp_path: Path) -> None:
+    """The next trigger comes within the limit; the read of the last one would hold back
+    what arrived since (batches every second trigger)."""
+    broker = Broker()
+    first, second = (SharedHighs("b:9092", 10_000, tmp_path) for _ in range(2))
+    first.highs(PARTITIONS, broker)
+    second.highs(PARTITIONS, broker)
+    broker.high = 12  # the next trigger
+    assert first.highs(PARTITIONS, broker) == {tp: 12 for tp in PARTITIONS}
+    broker.high = 14
+    assert second.highs(PARTITIONS, broker) == {tp: 12 for tp in PARTITIONS}  # first's, newer
+    assert len(broker.asked) == 2
+    assert second.highs(PARTITIONS, broker) == {tp: 14 for tp in PARTITIONS}
+    assert len(broker.asked) == 3
+
+
 def test_highs_older_than_the_limit_are_asked_again(tmp_path: Path) -> None:
     broker = Broker()
     shared = SharedHighs("b:9092", 50, tmp_path)
