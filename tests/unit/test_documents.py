@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from cdc_sync.core.errors import ConfigError
 from cdc_sync.core.model import Change, Coordinates, Op, TableId, Truncate, document_id
 from cdc_sync.core.types import Column, ColumnType, RowSchema, TypeKind
+from cdc_sync.documents import fanout
 from cdc_sync.documents import sync as document_sync
 from cdc_sync.documents.comparisons import Comparisons, schema_types
 from cdc_sync.documents.render import render
@@ -716,3 +717,40 @@ def test_a_failed_bulk_leaves_none_writing_and_every_root_pending(
 def test_bulks_in_flight_below_one_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="bulks_in_flight must be at least 1, got 0"):
         DocumentSync(load(tmp_path), tmp_path / "s.sqlite", MemoryIndex(), bulks_in_flight=0)
+
+
+def test_a_fan_out_climbs_the_join_index_without_reading_a_row(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A product renamed under many orders reaches them through join values and ids alone:
+    reading the rows on the way held every line and order of the fan-out in memory, parsed
+    (2.4 GB for a product in a million orders)."""
+    mapping = load(tmp_path)
+    sync = DocumentSync(mapping, tmp_path / "state.sqlite", MemoryIndex())
+    sync.ensure_targets(SCHEMAS_BY_TABLE)
+    rows = [change("products", {"id": 7, "name": "x"}, False, 10)]
+    rows += [change("tags", {"id": 3, "label": "t"}, False, 10)]
+    rows += [change("product_tags", {"product_id": 7, "tag_id": 3}, False, 10)]
+    for n in range(1, 6):
+        rows += [change("orders", {"id": n, "customer_id": 1, "status": "new"}, False, 10)]
+        rows += [
+            change("lines", {"order_id": n, "line_no": 1, "product_id": 7, "qty": 1}, False, 10)
+        ]
+    sync.apply([], folded(rows))
+
+    def no_row_reads(*_args: Any) -> list[Row]:
+        raise AssertionError("a fan-out read rows")
+
+    state = sync.state
+    monkeypatch.setattr(state, "joined", no_row_reads)
+    monkeypatch.setattr(state, "rows", no_row_reads)
+    spec = mapping.documents["orders"]
+    for table, row in (("products", {"id": 7, "name": "y"}), ("tags", {"id": 3, "label": "u"})):
+        with state.transaction():
+            changed = state.merge(
+                TableId("s", table), [document_sync._entry(change(table, row, False, 20))]
+            )
+        assert fanout.affected_roots(spec, {TableId("s", table): changed}, state) == {
+            str(n) for n in range(1, 6)
+        }
+    sync.close()

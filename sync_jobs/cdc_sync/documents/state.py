@@ -199,6 +199,26 @@ class DocumentState:
         self._links()
         return [_row(*found) for found in self._select_in(query, [str(table), key], values)]
 
+    def climbed(
+        self, table: TableId, key: str, values: Iterable[str], then: str | None
+    ) -> set[str]:
+        """Of `table`'s rows with one of `values` under join side `key`: their doc ids (`then`
+        None), else their join values under side `then` (the next relation up). Read from the
+        join index alone: a fan-out to a million roots climbs without reading a row."""
+        self._links()
+        if then is None:
+            query = "SELECT id FROM links WHERE tbl = ? AND col = ? AND val IN ({})"
+            params = [str(table), key]
+        else:
+            # CROSS JOIN fixes the loop order, as in `joined`: each found row's own link next.
+            query = (
+                "SELECT n.val FROM links l CROSS JOIN links n "
+                "ON n.tbl = l.tbl AND n.id = l.id AND n.col = ? "
+                "WHERE l.tbl = ? AND l.col = ? AND l.val IN ({})"
+            )
+            params = [then, str(table), key]
+        return {found for (found,) in self._select_in(query, params, values)}
+
     def present_ids(self, table: TableId, limit: int) -> Iterator[list[str]]:
         """The doc ids of the table's present rows, in chunks of `limit`, in id order (a
         rebuild's roots)."""
