@@ -39,7 +39,7 @@ JOB_SETTINGS = {
     "key.converter.schemas.enable": "true",
     "value.converter.schemas.enable": "true",
     "heartbeat.interval.ms": "1000",
-    "poll.interval.ms": "50",
+    "poll.interval.ms": "10",
     "snapshot.mode": "initial",
     "incremental.snapshot.chunk.size": "1024",
     "topic.creation.default.replication.factor": "1",
