@@ -6,10 +6,9 @@ batch's rows of that level, never one per row. Rows whose join values did not ch
 through the state as it is now; rows whose join values changed are themselves in the batch,
 with their old values. Above the batch's own rows the climb reads the state's join index only
 (`climbed`: join values and doc ids, never a row): a product renamed under a million orders
-holds their ids, not their rows (it held every order and line, parsed: 2.4 GB for a product
-in a million orders).
-Matching on a relation's first join column may select a few roots too many (composite joins):
-re-rendering a document that did not change is harmless.
+holds their ids, not their rows (reading the rows, it held every line and order parsed:
+2.4 GB). Matching on a relation's first join column may select a few roots too many
+(composite joins): re-rendering a document that did not change is harmless.
 """
 
 from __future__ import annotations
